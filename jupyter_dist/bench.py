@@ -1,0 +1,265 @@
+"""`%dist bench allreduce`: the rank-side measurement and its pure formatting.
+
+`allreduce_bench` runs on every rank (it is sent to the engines as a function) and returns the
+same rows everywhere; `format_table`, `to_html` and `chart_png` run in the kernel. Numbers
+follow nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n for all-reduce, GB = 1e9 B.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "DEFAULT_SIZES",
+    "allreduce_bench",
+    "bus_factor",
+    "chart_png",
+    "format_bytes",
+    "format_table",
+    "local_copy_bandwidth",
+    "to_html",
+]
+
+MiB = 1 << 20
+# 8 B .. 64 MiB in steps of 4 (8, 32, 128, ... 32 MiB) plus 64 MiB at the top: 13 sizes.
+DEFAULT_SIZES: tuple[int, ...] = (*(8 * 4**k for k in range(12)), 64 * MiB)
+
+Row = dict[str, Any]
+
+
+def bus_factor(world_size: int) -> float:
+    """nccl-tests' all-reduce bus-bandwidth factor 2(n-1)/n (0 for a single rank)."""
+    return 2.0 * (world_size - 1) / world_size if world_size > 0 else 0.0
+
+
+def allreduce_bench(
+    sizes: Sequence[int] | None = None,
+    *,
+    iters: int = 5,
+    warmup: int = 2,
+    dtype: str = "float32",
+    check: bool = True,
+) -> list[Row]:
+    """Time `all_reduce(SUM)` at each size on every rank; every rank returns the same rows.
+
+    Uses the default process group when it exists. Otherwise it makes one from `env://`
+    with the backend in JUPYTER_DIST_BACKEND (default gloo) and destroys it afterwards, so a
+    cell's own `init_process_group` still works. Tensors live on the current CUDA device
+    under NCCL (the caller has done `torch.cuda.set_device(LOCAL_RANK)`), else on the CPU.
+    Each size's time is the slowest rank's mean over `iters` (an all_reduce MAX);
+    `wrong` counts elements that differ from the expected sum in a check before the timing.
+    """
+    import torch
+    import torch.distributed as dist
+
+    made_group = False
+    if not dist.is_initialized():
+        backend = os.environ.get("JUPYTER_DIST_BACKEND", "gloo") or "gloo"
+        if backend == "nccl" and "LOCAL_RANK" in os.environ:
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group(backend, init_method="env://")
+        made_group = True
+    try:
+        backend = str(dist.get_backend())
+        world = dist.get_world_size()
+        rank = dist.get_rank()
+        device = _bench_device(backend)
+        tdtype = getattr(torch, dtype)
+        esize = torch.empty((), dtype=tdtype).element_size()
+        factor = bus_factor(world)
+        rows: list[Row] = []
+        for size in DEFAULT_SIZES if sizes is None else sizes:
+            count = max(1, int(size) // esize)
+            nbytes = count * esize
+            buf = torch.empty(count, dtype=tdtype, device=device)
+            wrong = 0
+            if check:
+                buf.fill_(rank + 1)
+                dist.all_reduce(buf)
+                expected = world * (world + 1) // 2
+                wrong = int((buf != expected).sum().item())
+            buf.fill_(1)
+            for _ in range(warmup):
+                dist.all_reduce(buf)
+            _sync(device)
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(buf)
+            _sync(device)
+            elapsed = (time.perf_counter() - start) / max(1, iters)
+            stats = torch.tensor([elapsed], dtype=torch.float64, device=device)
+            dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+            errs = torch.tensor([wrong], dtype=torch.int64, device=device)
+            dist.all_reduce(errs)
+            t = float(stats.item())
+            algbw = nbytes / t / 1e9 if t > 0 else 0.0
+            rows.append(
+                {
+                    "size_bytes": nbytes,
+                    "count": count,
+                    "dtype": dtype,
+                    "time_us": t * 1e6,
+                    "algbw_GBps": algbw,
+                    "busbw_GBps": algbw * factor,
+                    "wrong": int(errs.item()),
+                }
+            )
+            del buf
+        return rows
+    finally:
+        if made_group:
+            dist.destroy_process_group()
+
+
+def local_copy_bandwidth(size_bytes: int = 64 * MiB, *, repeats: int = 5, device: str | None = None) -> float:
+    """GB/s of the best of `repeats` tensor copies of `size_bytes` on one rank: the local ceiling.
+
+    The device is the current CUDA device under an NCCL group (or when `device="cuda"`), else CPU.
+    """
+    import torch
+
+    if device is None:
+        device = _bench_device(_current_backend())
+    dev = torch.device(device)
+    src = torch.ones(max(1, size_bytes // 4), dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    _sync(dev)
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        dst.copy_(src)
+        _sync(dev)
+        best = min(best, time.perf_counter() - start)
+    return src.numel() * 4 / best / 1e9 if best > 0 else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# pure formatting
+
+
+def format_bytes(n: int) -> str:
+    """8 -> "8 B", 2048 -> "2 KiB", 67108864 -> "64 MiB"."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:g} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _avg_busbw(rows: Sequence[Row]) -> float:
+    return sum(r["busbw_GBps"] for r in rows) / len(rows) if rows else 0.0
+
+
+def format_table(rows: Sequence[Row], world_size: int, backend: str) -> str:
+    """The rows as nccl-tests prints them (size, count, type, redop, time, algbw, busbw, #wrong)."""
+    lines = [
+        f"# all_reduce, {world_size} rank{'s' if world_size != 1 else ''}, backend {backend}",
+        "#",
+        f"#{'size':>11} {'count':>12} {'type':>8} {'redop':>6} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
+        f"#{'(B)':>11} {'(elements)':>12} {'':>8} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}",
+    ]
+    for r in rows:
+        lines.append(
+            f" {r['size_bytes']:>11} {r['count']:>12} {r.get('dtype', 'float32').replace('float32', 'float'):>8}"
+            f" {'sum':>6} {r['time_us']:>10.1f} {r['algbw_GBps']:>8.2f} {r['busbw_GBps']:>8.2f} {r.get('wrong', 0):>7}"
+        )
+    wrong = sum(int(r.get("wrong", 0)) for r in rows)
+    lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    lines.append(f"# Avg bus bandwidth    : {_avg_busbw(rows):.4g} GB/s")
+    return "\n".join(lines)
+
+
+def to_html(rows: Sequence[Row], world_size: int, backend: str) -> str:
+    """The same table as HTML for the notebook."""
+    head = ["size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"]
+    out = [
+        '<table class="jupyter-dist-bench">',
+        f"<caption>all_reduce, {world_size} rank{'s' if world_size != 1 else ''}, "
+        f"backend {html.escape(backend)}</caption>",
+        "<thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead>",
+        "<tbody>",
+    ]
+    for r in rows:
+        cells = [
+            format_bytes(r["size_bytes"]),
+            str(r["count"]),
+            html.escape(str(r.get("dtype", "float32"))),
+            f"{r['time_us']:.1f}",
+            f"{r['algbw_GBps']:.2f}",
+            f"{r['busbw_GBps']:.2f}",
+            str(r.get("wrong", 0)),
+        ]
+        out.append("<tr>" + "".join(f'<td style="text-align:right">{c}</td>' for c in cells) + "</tr>")
+    out.append("</tbody>")
+    out.append(
+        f"<tfoot><tr><td colspan=7>average bus bandwidth {_avg_busbw(rows):.4g} GB/s</td></tr></tfoot>"
+    )
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def chart_png(
+    rows: Sequence[Row], local_copy_gbps: float | None = None, *, title: str | None = None
+) -> bytes:
+    """Bus bandwidth against message size (log x) with the local-copy ceiling, as PNG bytes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    fig = Figure(figsize=(6.4, 3.6), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    xs = [r["size_bytes"] for r in rows]
+    ax.plot(xs, [r["busbw_GBps"] for r in rows], marker="o", label="bus bandwidth")
+    ax.plot(xs, [r["algbw_GBps"] for r in rows], marker=".", linestyle=":", label="algorithm bandwidth")
+    if local_copy_gbps:
+        ax.axhline(
+            local_copy_gbps, color="grey", linestyle="--", label=f"local copy {local_copy_gbps:.3g} GB/s"
+        )
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_bytes(int(v)) if v >= 1 else ""))
+    ax.set_xlabel("message size")
+    ax.set_ylabel("GB/s")
+    ax.set_title(title or "all_reduce bandwidth")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _current_backend() -> str | None:
+    try:
+        import torch.distributed as dist
+
+        return str(dist.get_backend()) if dist.is_initialized() else None
+    except Exception:
+        return None
+
+
+def _bench_device(backend: str | None) -> Any:
+    import torch
+
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if getattr(device, "type", str(device)).startswith("cuda"):
+        torch.cuda.synchronize(device)

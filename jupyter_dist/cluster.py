@@ -1,0 +1,375 @@
+"""`EngineCluster`: the ipyparallel controller and engines behind `%%distrun`.
+
+Started by the first run that needs it, reused while the shape (launcher, world size,
+hosts) stays the same, restarted when it changes or an engine has died. Engines are mapped
+to ranks by the MPI rank each one reports, never by engine id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from . import engine as engine_side
+from .layout import free_ports
+
+STATE_DIR = Path(os.environ.get("JUPYTER_DIST_DIR", Path.home() / ".jupyter_dist"))
+START_TIMEOUT = float(os.environ.get("JUPYTER_DIST_START_TIMEOUT", "180"))
+
+
+def find_mpiexec() -> str | None:
+    """`mpiexec` of this environment first (Open MPI from PyPI lives there), then PATH."""
+    here = Path(sys.prefix) / "bin" / "mpiexec"
+    if here.exists():
+        return str(here)
+    return shutil.which("mpiexec")
+
+
+def open_mpi_env(world_size: int, cores: int) -> tuple[dict[str, str], list[str]]:
+    """Variables Open MPI needs for the engines we launch, and the sentences that explain them."""
+    env: dict[str, str] = {}
+    notes: list[str] = []
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        notes.append("running as root: set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpiexec")
+    if world_size > cores:
+        env["PRTE_MCA_rmaps_default_mapping_policy"] = ":oversubscribe"
+        notes.append(f"{world_size} ranks on {cores} cores: set PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe")
+    return env, notes
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    launcher: str
+    world_size: int
+    hosts: tuple[str, ...]
+
+
+@dataclass
+class EngineInfo:
+    rank: int
+    engine_id: int
+    pid: int
+    host: str
+
+
+@dataclass
+class EngineCluster:
+    """One kernel's engines. Not thread-safe: driven from the notebook's main thread."""
+
+    on_status: Callable[[], None] | None = None
+    shape: ClusterShape | None = None
+    engines: list[EngineInfo] = field(default_factory=list)  # index = rank
+    master_port: int = 0
+    task_ports: tuple[int, ...] = ()
+    notes: list[str] = field(default_factory=list)
+    applied: Any = None  # what the engines were last set up with (see Runner)
+    busy: bool = False
+    state: str = "stopped"
+    _cluster: Any = None
+    _client: Any = None
+    _watchdog: subprocess.Popen | None = None
+    inherited_env: frozenset[str] = frozenset()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._client is not None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            raise RuntimeError("the cluster is not running")
+        return self._client
+
+    def alive(self) -> bool:
+        """All engines still registered and their processes (where local) still there."""
+        if self._client is None or self.shape is None:
+            return False
+        try:
+            ids = set(self._client.ids)
+        except Exception:  # noqa: BLE001 - a broken client means a dead cluster
+            return False
+        if any(e.engine_id not in ids for e in self.engines):
+            return False
+        return all(psutil.pid_exists(e.pid) for e in self.engines if _is_here(e.host))
+
+    def ensure(self, shape: ClusterShape, progress: Callable[[int, int, float], None] | None = None) -> str | None:
+        """Start or reuse engines of `shape`; returns a sentence when it had to (re)start."""
+        if self.shape == shape and self.alive():
+            return None
+        reason = None
+        if self._client is not None:
+            reason = (
+                "an engine died: restarting the cluster"
+                if self.shape == shape
+                else f"the layout changed ({self._describe(self.shape)} -> {self._describe(shape)}): restarting the cluster"
+            )
+            self.stop()
+        self.start(shape, progress)
+        return reason
+
+    @staticmethod
+    def _describe(shape: ClusterShape | None) -> str:
+        if shape is None:
+            return "none"
+        return f"{shape.world_size} ranks via {shape.launcher}"
+
+    def start(self, shape: ClusterShape, progress: Callable[[int, int, float], None] | None = None) -> None:
+        import ipyparallel as ipp
+
+        if shape.launcher not in ("mpi", "local"):
+            raise NotImplementedError(f"--launcher {shape.launcher} is not supported yet")
+        self.state = "starting"
+        self._notify()
+        cluster_id = f"jd-{os.getpid()}-{secrets.token_hex(3)}"
+        profile_dir = STATE_DIR / "profiles" / cluster_id
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        for d in (STATE_DIR, STATE_DIR / "profiles", profile_dir):
+            os.chmod(d, 0o700)
+        engines = "mpi" if shape.launcher == "mpi" else "local"
+        cluster = ipp.Cluster(
+            profile_dir=str(profile_dir),
+            cluster_id=cluster_id,
+            engines=engines,
+            n=shape.world_size,
+            controller_ip="127.0.0.1",
+            log_level=40,
+            shutdown_atexit=True,
+        )
+        env, notes = open_mpi_env(shape.world_size, os.cpu_count() or 1)
+        env["PYTHONUNBUFFERED"] = "1"
+        if shape.launcher == "mpi":
+            mpiexec = find_mpiexec()
+            if mpiexec is None:
+                raise RuntimeError("mpiexec not found")
+            cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec]
+            cluster.config.MPIEngineSetLauncher.mpi_args = ["--bind-to", "none"]
+            cluster.config.MPIEngineSetLauncher.environment = env
+        else:
+            notes = []
+            cluster.config.LocalEngineSetLauncher.environment = {"PYTHONUNBUFFERED": "1"}
+        self.notes = notes
+        self._cluster = cluster
+        t0 = time.monotonic()
+        try:
+            cluster.start_controller_sync()
+            cluster.start_engines_sync(shape.world_size)
+            self._start_watchdog()
+            client = cluster.connect_client_sync()
+            self._wait_for_engines(client, shape.world_size, t0, progress)
+            self._client = client
+            self._map_ranks(shape)
+            self._write_pidfile()
+        except BaseException:
+            self.stop()
+            raise
+        self.shape = shape
+        ports = free_ports(1 + shape.world_size)
+        self.master_port, self.task_ports = ports[0], ports[1:]
+        self.applied = None
+        self.state = "idle"
+        self._notify()
+
+    def _wait_for_engines(
+        self, client: Any, n: int, t0: float, progress: Callable[[int, int, float], None] | None
+    ) -> None:
+        last = -1
+        while True:
+            up = len(client.ids)
+            elapsed = time.monotonic() - t0
+            if progress and up != last:
+                progress(up, n, elapsed)
+                last = up
+            if up >= n:
+                if progress:
+                    progress(up, n, elapsed)
+                return
+            if elapsed > START_TIMEOUT:
+                raise TimeoutError(
+                    f"only {up} of {n} engines registered after {elapsed:.0f} s; engine log:\n{self.engine_log()[-3000:]}"
+                )
+            self._check_engines_running()
+            time.sleep(0.1)
+            if progress and int(elapsed * 2) != int((elapsed - 0.1) * 2):
+                progress(up, n, elapsed)
+
+    def _check_engines_running(self) -> None:
+        es = self._engine_set()
+        if es is not None and es.state == "after":
+            raise RuntimeError(f"the engines exited while starting; engine log:\n{self.engine_log()[-3000:]}")
+
+    def _engine_set(self) -> Any:
+        if self._cluster is None or not self._cluster.engines:
+            return None
+        return next(iter(self._cluster.engines.values()))
+
+    def engine_log(self) -> str:
+        es = self._engine_set()
+        if es is None:
+            return ""
+        try:
+            return es.get_output() or ""
+        except Exception:  # noqa: BLE001 - the log is only informative
+            return ""
+
+    def _map_ranks(self, shape: ClusterShape) -> None:
+        client = self._client
+        ids = sorted(client.ids)
+        infos = client[ids].apply_sync(engine_side.identify)
+        by_rank: dict[int, EngineInfo] = {}
+        for eid, info in zip(ids, infos, strict=True):
+            if shape.launcher == "mpi":
+                rank = info["mpi_rank"]
+                if rank is None or info["mpi_size"] != shape.world_size:
+                    raise RuntimeError(f"engine {eid} reports no MPI world of {shape.world_size}")
+            else:
+                rank = ids.index(eid)
+            by_rank[rank] = EngineInfo(rank, eid, info["pid"], info["host"])
+        self.engines = [by_rank[r] for r in range(shape.world_size)]
+        self.inherited_env = frozenset(infos[0]["env_keys"])
+        for e in self.engines:
+            client[e.engine_id].apply_sync(engine_side.assign_rank, e.rank, self.stack_dir)
+
+    def _start_watchdog(self) -> None:
+        """A separate process that stops the cluster if this kernel dies without cleaning up."""
+        self._write_pidfile()
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_dist.watchdog", str(os.getpid()), str(self._pidfile)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    @property
+    def stack_dir(self) -> str:
+        return str(Path(self._cluster.profile_dir) / "stacks")
+
+    @property
+    def _pidfile(self) -> Path:
+        return Path(self._cluster.profile_dir) / "jupyter-dist.pids"
+
+    def _write_pidfile(self) -> None:
+        pids = self._cluster_pids() + [e.pid for e in self.engines if _is_here(e.host)]
+        self._pidfile.write_text(" ".join(map(str, sorted(set(pids)))))
+
+    def _cluster_pids(self) -> list[int]:
+        pids = []
+        if self._cluster is None:
+            return pids
+        ctl = self._cluster.controller
+        if ctl is not None and getattr(ctl, "pid", None):
+            pids.append(ctl.pid)
+        for es in self._cluster.engines.values():
+            if getattr(es, "pid", None):
+                pids.append(es.pid)
+        return pids
+
+    def stop(self) -> None:
+        """Stop controller and engines; kill any process of theirs that outlives the stop."""
+        tree = _process_tree(self._cluster_pids() + [e.pid for e in self.engines if _is_here(e.host)])
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+        if self._cluster is not None:
+            with contextlib.suppress(Exception):
+                self._cluster.stop_cluster_sync()
+            with contextlib.suppress(Exception):
+                self._cluster.remove_connection_file() if hasattr(self._cluster, "remove_connection_file") else None
+        _kill_all(tree)
+        if self._watchdog is not None:
+            with contextlib.suppress(Exception):
+                self._watchdog.kill()
+                self._watchdog.wait(5)
+        self._cluster = self._client = self._watchdog = None
+        self.shape = None
+        self.engines = []
+        self.applied = None
+        self.busy = False
+        self.state = "stopped"
+        self._notify()
+
+    def restart(self) -> None:
+        shape = self.shape
+        self.stop()
+        if shape is not None:
+            self.start(shape)
+
+    # -- status --------------------------------------------------------------------
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        if self.state in ("idle", "busy"):
+            self.state = "busy" if busy else "idle"
+        self._notify()
+
+    def status(self) -> dict[str, Any]:
+        shape = self.shape
+        alive_ids: set[int] = set()
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                alive_ids = set(self._client.ids)
+        ranks = []
+        for e in self.engines:
+            dead = e.engine_id not in alive_ids or (_is_here(e.host) and not psutil.pid_exists(e.pid))
+            ranks.append({"rank": e.rank, "engine_id": e.engine_id, "pid": e.pid, "host": e.host,
+                          "state": "dead" if dead else ("busy" if self.busy else "idle")})
+        return {
+            "state": self.state,
+            "engines": len(alive_ids),
+            "expected": shape.world_size if shape else 0,
+            "launcher": shape.launcher if shape else None,
+            "hosts": list(shape.hosts) if shape else [],
+            "ranks": ranks,
+        }
+
+    def _notify(self) -> None:
+        if self.on_status is not None:
+            with contextlib.suppress(Exception):
+                self.on_status()
+
+
+def _is_here(host: str) -> bool:
+    import socket
+
+    return host in (socket.gethostname(), "localhost", "127.0.0.1")
+
+
+def _process_tree(pids: list[int]) -> list[psutil.Process]:
+    procs: dict[int, psutil.Process] = {}
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+        except psutil.Error:
+            continue
+        procs[p.pid] = p
+        with contextlib.suppress(psutil.Error):
+            for c in p.children(recursive=True):
+                procs[c.pid] = c
+    return list(procs.values())
+
+
+def _kill_all(procs: list[psutil.Process], grace: float = 3.0) -> None:
+    alive = [p for p in procs if p.is_running()]
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(alive, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace)

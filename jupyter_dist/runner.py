@@ -1,0 +1,298 @@
+"""One run: set each rank up, execute, stream output, fail fast, gather.
+
+The notebook's main thread drives everything here; output is printed from it so that
+it lands in the running cell's output area.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import engine as engine_side
+from .cluster import STATE_DIR, EngineCluster
+from .errors import OutputFetchError, RankFailure, RunTimeout
+from .layout import Layout, RankPlace
+from .output import LineBuffer, OutputSink, RankLogs, TextSink
+
+POLL_S = 0.01
+FAIL_GRACE_S = float(os.environ.get("JUPYTER_DIST_FAIL_GRACE", "3"))
+INTERRUPT_GRACE_S = float(os.environ.get("JUPYTER_DIST_INTERRUPT_GRACE", "5"))
+STREAMS = ("stdout", "stderr")
+
+
+@dataclass
+class Execution:
+    """What the runner needs for one dispatch: who runs what, and how to label it."""
+
+    code: str
+    ranks: tuple[int, ...]
+    layout: Layout
+    timeout: float | None = None
+    shown: tuple[int, ...] | None = None
+    out: str | None = None
+    label: str = "cell"
+
+
+@dataclass
+class RankState:
+    place: RankPlace
+    engine_id: int
+    buffers: dict[str, LineBuffer] = field(default_factory=lambda: {s: LineBuffer() for s in STREAMS})
+    offsets: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
+    displays: int = 0
+    done: bool = False
+    error: Any = None
+    finished_at: float | None = None
+
+
+@dataclass
+class RunOutcome:
+    ok: bool
+    elapsed: float
+    log_dir: Path
+    values: dict[int, Any] = field(default_factory=dict)
+    failed: list[int] = field(default_factory=list)
+    lines: dict[int, int] = field(default_factory=dict)
+
+
+class Runner:
+    def __init__(self, cluster: EngineCluster, sink_factory: Callable[[], OutputSink] = TextSink) -> None:
+        self.cluster = cluster
+        self.sink_factory = sink_factory
+
+    # -- set-up --------------------------------------------------------------------
+
+    def setup(self, envs: dict[int, dict[str, str]], hooks: tuple[str, ...], cwd: str) -> None:
+        """Push environments and hooks; skipped when the engines already have exactly these."""
+        key = (envs, hooks, cwd)
+        if self.cluster.applied == key:
+            return
+        client = self.cluster.client
+        ids = [e.engine_id for e in self.cluster.engines]
+        client[ids].apply_sync(engine_side.setup, envs, hooks, cwd)
+        self.cluster.applied = key
+
+    # -- execution -----------------------------------------------------------------
+
+    def execute(self, ex: Execution, sink: OutputSink | None = None) -> RunOutcome:
+        cluster = self.cluster
+        client = cluster.client
+        sink = sink or self.sink_factory()
+        states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id) for r in ex.ranks}
+        logs = RankLogs(STATE_DIR / "logs" / time.strftime("%Y%m%d-%H%M%S-") / uuid.uuid4().hex[:6], ex.layout.world_size)
+        sink.start([s.place for s in states.values()], ex.shown, logs)
+        t0 = time.monotonic()
+        cluster.set_busy(True)
+        ar = client[[s.engine_id for s in states.values()]].execute(ex.code, silent=False, block=False)
+        by_child = list(zip(ar._children, states.values(), strict=True))
+        try:
+            self._monitor(ar, by_child, ex, sink, logs, t0)
+        finally:
+            cluster.set_busy(False)
+            with contextlib.suppress(Exception):
+                ar.wait_for_output(2)
+            self._drain(by_child, sink, logs, final=True)
+            sink.finish()
+            logs.close()
+        elapsed = time.monotonic() - t0
+        failed = sorted((s for s in states.values() if s.error is not None), key=lambda s: s.finished_at or 0)
+        outcome = RunOutcome(not failed, elapsed, logs.dir, failed=[s.place.rank for s in failed], lines=dict(logs.counts))
+        if failed:
+            raise self._failure(failed, states, ex)
+        for s in states.values():
+            content = s_result(by_child, s)
+            if content:
+                sink.result(s.place.rank, content)
+        if ex.out:
+            outcome.values = self.fetch(ex.out, ex.ranks)
+        return outcome
+
+    def _monitor(self, ar: Any, by_child: list[tuple[Any, RankState]], ex: Execution,
+                 sink: OutputSink, logs: RankLogs, t0: float) -> None:
+        deadline = t0 + ex.timeout if ex.timeout else None
+        first_fail: float | None = None
+        interrupted_at: float | None = None
+        try:
+            while True:
+                ready = ar.wait(POLL_S)
+                self._drain(by_child, sink, logs)
+                now = time.monotonic()
+                for child, st in by_child:
+                    if not st.done and child.done():
+                        st.done, st.finished_at = True, now
+                        exc = child_error(child)
+                        if exc is not None:
+                            st.error = exc
+                            if first_fail is None:
+                                first_fail = now
+                                self._abort_groups([st])
+                if ready:
+                    return
+                if first_fail is not None:
+                    pending = [st for _, st in by_child if not st.done]
+                    if interrupted_at is None and now - first_fail > FAIL_GRACE_S:
+                        self.interrupt(pending)
+                        interrupted_at = now
+                    elif interrupted_at is not None and now - interrupted_at > INTERRUPT_GRACE_S:
+                        self._give_up(pending, "did not stop after the interrupt")
+                        return
+                if deadline is not None and now > deadline:
+                    pending = [st for _, st in by_child if not st.done]
+                    stacks = self.stacks(pending)
+                    self.interrupt(pending)
+                    self._wait_stopped(ar, by_child, sink, logs)
+                    raise self._timeout(ex, pending, stacks)
+        except KeyboardInterrupt:
+            pending = [st for _, st in by_child if not st.done]
+            self.interrupt(pending)
+            self._wait_stopped(ar, by_child, sink, logs)
+            raise
+
+    def _wait_stopped(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs) -> None:
+        end = time.monotonic() + INTERRUPT_GRACE_S
+        while not ar.wait(0.05) and time.monotonic() < end:
+            self._drain(by_child, sink, logs)
+        if not ar.ready():
+            self._give_up([st for child, st in by_child if not child.done()], "did not stop after the interrupt")
+
+    def _give_up(self, pending: list[RankState], why: str) -> None:
+        """Ranks stuck in native code: the cluster is restarted by the next run."""
+        for st in pending:
+            st.done, st.error = True, RuntimeError(f"rank {st.place.rank} {why}; its engine will be restarted")
+            st.finished_at = time.monotonic()
+        self.cluster.stop()
+
+    def _drain(self, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs, final: bool = False) -> None:
+        for child, st in by_child:
+            md = child.output.metadata
+            for stream in STREAMS:
+                text = md.get(stream) or ""
+                new = text[st.offsets[stream]:]
+                if new:
+                    st.offsets[stream] = len(text)
+                    lines = st.buffers[stream].feed(new)
+                    if lines:
+                        logs.write(st.place.rank, stream, lines)
+                        sink.lines(st.place.rank, stream, lines)
+                if final:
+                    rest = st.buffers[stream].flush()
+                    if rest:
+                        logs.write(st.place.rank, stream, rest)
+                        sink.lines(st.place.rank, stream, rest)
+            outputs = md.get("outputs") or []
+            while st.displays < len(outputs):
+                sink.display(st.place.rank, outputs[st.displays])
+                st.displays += 1
+
+    # -- control -------------------------------------------------------------------
+
+    def interrupt(self, states: list[RankState]) -> None:
+        """SIGINT to each rank on its own path (the engine's nanny), not through mpiexec."""
+        ids = [st.engine_id for st in states]
+        if ids:
+            with contextlib.suppress(Exception):
+                self.cluster.client.send_signal(signal.SIGINT, targets=ids, block=True)
+
+    def _abort_groups(self, failed: list[RankState]) -> None:
+        """Tear down the failed ranks' process groups so their peers' collectives error out."""
+        ids = [st.engine_id for st in failed]
+        with contextlib.suppress(Exception):
+            self.cluster.client[ids].apply_async(engine_side.abort_collectives)
+
+    def stacks(self, states: list[RankState]) -> dict[int, str]:
+        """Each rank's Python stack, dumped by the engine's SIGUSR1 handler."""
+        if not states:
+            return {}
+        with contextlib.suppress(Exception):
+            self.cluster.client.send_signal(signal.SIGUSR1, targets=[st.engine_id for st in states], block=True)
+        time.sleep(0.3)
+        stack_dir = self.cluster.stack_dir
+        out = {}
+        for st in states:
+            out[st.place.rank] = engine_side.read_stack(stack_dir, st.place.rank)
+        return out
+
+    # -- results -------------------------------------------------------------------
+
+    def fetch(self, name: str, ranks: tuple[int, ...]) -> dict[int, Any]:
+        client = self.cluster.client
+        eng = self.cluster.engines
+        ars = {r: client[eng[r].engine_id].apply_async(engine_side.fetch_user, name) for r in ranks}
+        values: dict[int, Any] = {}
+        problems = []
+        for r, a in ars.items():
+            try:
+                status, value = a.get(30)
+            except Exception as e:  # noqa: BLE001 - reported per rank
+                status, value = "unsendable", f"{type(e).__name__}: {e}"
+            if status == "ok":
+                values[r] = value
+            elif status == "missing":
+                problems.append(f"rank {r} has no variable {name!r}")
+            else:
+                problems.append(f"rank {r}'s {name!r} cannot be sent back ({value})")
+        if problems:
+            err = OutputFetchError(f"-o {name}: " + "; ".join(problems) + ".")
+            err.values = values  # type: ignore[attr-defined]
+            raise err
+        return values
+
+    def _failure(self, failed: list[RankState], states: dict[int, RankState], ex: Execution) -> RankFailure:
+        first = failed[0]
+        lines: list[str] = []
+        for st in failed:
+            where = f"rank {st.place.rank} (node {st.place.node}, local rank {st.place.local_rank})"
+            lines.append(f"--- {where}{' failed first' if st is first else ''}:")
+            lines.extend(render_error(st.error))
+        others = [s for s in states.values() if s.error is None]
+        if others:
+            lines.append("--- the other ranks: " + ", ".join(f"rank {s.place.rank} finished" for s in others))
+        names = ", ".join(str(s.place.rank) for s in failed)
+        summary = f"rank {first.place.rank} failed first ({error_name(first.error)}); failed ranks: {names}"
+        return RankFailure(summary, lines, [s.place.rank for s in failed])
+
+    def _timeout(self, ex: Execution, pending: list[RankState], stacks: dict[int, str]) -> RunTimeout:
+        lines = []
+        for st in pending:
+            lines.append(f"--- rank {st.place.rank} was still running; its Python stack:")
+            lines.extend(stacks.get(st.place.rank, "(no stack)").splitlines())
+        ranks = ", ".join(str(st.place.rank) for st in pending)
+        return RunTimeout(f"the run passed --timeout {ex.timeout:g} s; still running: rank(s) {ranks}", lines)
+
+
+def child_error(child: Any) -> BaseException | None:
+    """ipyparallel resolves a failed execute with the error as its *result*."""
+    exc = child.exception()
+    if exc is None:
+        res = child.result()
+        exc = res if isinstance(res, BaseException) else None
+    return exc
+
+
+def s_result(by_child: list[tuple[Any, RankState]], st: RankState) -> dict[str, Any] | None:
+    for child, s in by_child:
+        if s is st:
+            return child.output.metadata.get("execute_result")
+    return None
+
+
+def error_name(err: Any) -> str:
+    ename = getattr(err, "ename", None) or type(err).__name__
+    evalue = getattr(err, "evalue", None) or str(err)
+    return f"{ename}: {evalue}"
+
+
+def render_error(err: Any) -> list[str]:
+    render = getattr(err, "render_traceback", None)
+    if render is not None:
+        with contextlib.suppress(Exception):
+            return list(render())
+    return [error_name(err)]

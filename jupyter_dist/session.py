@@ -1,0 +1,225 @@
+"""`DistSession`: one kernel's jupyter-dist state, and the flow of a run.
+
+flags -> RunSpec -> Layout -> rank environments -> EngineCluster -> Runner -> views.
+Everything before `cluster.ensure` is checked first, so bad input never touches the
+warm cluster.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from . import fabric, frameworks
+from .cluster import ClusterShape, EngineCluster, find_mpiexec
+from .defaults import STORE, DefaultsStore
+from .envs import rank_environments
+from .frameworks import Framework, RunContext
+from .layout import Layout, build_layout, port_in_use
+from .output import OutputSink, default_sink
+from .runner import Execution, Runner, RunOutcome
+from .spec import RunSpec, remembered
+
+
+@dataclass
+class LastRun:
+    spec: RunSpec
+    code: str | None  # the cell, or None in script mode
+
+
+@dataclass
+class Prepared:
+    spec: RunSpec
+    framework: Framework
+    backend: str
+    notes: list[str]
+    layout: Layout | None = None
+    envs: dict[int, dict[str, str]] = field(default_factory=dict)
+
+
+def say(text: str) -> None:
+    print(f"jupyter-dist: {text}", flush=True)
+
+
+@dataclass
+class DistSession:
+    store: DefaultsStore = field(default_factory=lambda: STORE)
+    cluster: EngineCluster = field(default_factory=EngineCluster)
+    sink_factory: Callable[[], OutputSink] = default_sink
+    last: LastRun | None = None
+    _local_node: Any = None
+    _said: set[str] = field(default_factory=set)  # one-line notes already shown this session
+
+    def __post_init__(self) -> None:
+        self.runner = Runner(self.cluster, self.sink_factory)
+
+    # -- checks (no side effects) ------------------------------------------------------
+
+    def local_node(self) -> Any:
+        if self._local_node is None:
+            self._local_node = fabric.detect_node("127.0.0.1")
+        return self._local_node
+
+    def prepare(self, spec: RunSpec, code: str | None, shell: Any = None) -> Prepared:
+        """Every check that can fail before a process starts."""
+        fw = frameworks.get(spec.framework)
+        if fw.module and importlib.util.find_spec(fw.module) is None:
+            raise UsageError(f"-f {fw.name} needs {fw.module}, which is not installed here: {fw.install_hint()}.")
+        if code is not None:
+            check_compiles(code, shell)
+        if spec.script is not None and not os.path.isfile(spec.script):
+            raise UsageError(f"%distrun: the script {spec.script!r} does not exist.")
+        node = self.local_node()
+        backend, note = fabric.resolve_backend(spec.backend, node.gpu_count, spec.procs_per_node)
+        notes = [note] if note else []
+        if spec.master_port is not None and spec.master_port != self.cluster.master_port and port_in_use(spec.master_port):
+            raise UsageError(f"--master-port {spec.master_port} is already in use on this host: choose another or leave it out.")
+        prepared = Prepared(spec, fw, backend, notes)
+        # A layout with placeholder ports lets the framework check the shape before engines start.
+        probe = build_layout(spec.nodes, spec.procs_per_node, spec.hosts, master_port=spec.master_port or 1)
+        fw.check(RunContext(spec, probe, backend))
+        fabric.fabric_env(node, backend=backend, ib=spec.ib, nccl_debug=spec.nccl_debug,
+                          master_addr=probe.master_addr, all_local=probe.all_local)
+        return prepared
+
+    # -- the run ----------------------------------------------------------------------
+
+    def shape_of(self, spec: RunSpec) -> ClusterShape:
+        return ClusterShape(spec.launcher, spec.world_size, spec.hosts)
+
+    def bring_up(self, p: Prepared) -> None:
+        """Engines of the right shape, the layout with real ports, every rank's environment."""
+        spec = p.spec
+        reason = self.cluster.ensure(self.shape_of(spec), progress=start_progress())
+        if reason:
+            say(reason)
+        for note in self.cluster.notes:
+            say(note)
+        self.cluster.notes = []
+        for note in p.notes:
+            if note not in self._said:
+                say(note)
+                self._said.add(note)
+        p.notes = []
+        layout = build_layout(
+            spec.nodes, spec.procs_per_node, spec.hosts,
+            master_port=spec.master_port or self.cluster.master_port,
+            task_ports=self.cluster.task_ports,
+        )
+        ctx = RunContext(spec, layout, p.backend, inherited=self.cluster.inherited_env)
+        node = self.local_node()
+        fenv = fabric.fabric_env(node, backend=p.backend, ib=spec.ib, nccl_debug=spec.nccl_debug,
+                                 master_addr=layout.master_addr, all_local=layout.all_local)
+        p.layout = layout
+        p.envs = rank_environments(ctx, p.framework, {n: fenv for n in range(layout.nodes)})
+        self.runner.setup(p.envs, p.framework.engine_hooks, os.getcwd())
+
+    def run(self, spec: RunSpec, code: str | None, shell: Any = None) -> RunOutcome:
+        p = self.prepare(spec, code, shell)
+        self.store.update(**remembered(spec))
+        self.last = LastRun(spec, code)
+        self.bring_up(p)
+        assert p.layout is not None
+        ctx = RunContext(spec, p.layout, p.backend, inherited=self.cluster.inherited_env)
+        source = code if code is not None else script_code(spec)
+        ex = Execution(
+            code=source,
+            ranks=p.framework.cell_ranks(ctx),
+            layout=p.layout,
+            timeout=spec.timeout,
+            shown=spec.ranks,
+            out=spec.out,
+        )
+        outcome = self.runner.execute(ex)
+        if spec.out and shell is not None:
+            shell.user_ns[spec.out] = [outcome.values.get(r) for r in range(p.layout.world_size)]
+        return outcome
+
+    # -- %dist ------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        st = self.cluster.status()
+        d = self.store.value
+        st["framework"] = self.last.spec.framework if self.last else d.framework
+        shape = self.cluster.shape
+        spec = self.last.spec if self.last else None
+        st["nodes"] = spec.nodes if spec else d.nodes
+        st["procs_per_node"] = spec.procs_per_node if spec else (d.procs_per_node or 2)
+        if spec and shape and spec.world_size == shape.world_size:
+            for r in st["ranks"]:
+                r["node"], r["local_rank"] = divmod(r["rank"], spec.procs_per_node)
+        return st
+
+    def shutdown(self) -> None:
+        self.cluster.stop()
+
+    def control(self) -> SessionControl:
+        return SessionControl(self)
+
+    def default_shape(self) -> ClusterShape:
+        d = self.store.value
+        procs = d.procs_per_node or (self.local_node().gpu_count or 2)
+        launcher = d.launcher or ("mpi" if find_mpiexec() else "local")
+        nodes = len(d.hosts) if d.hosts else d.nodes
+        return ClusterShape(launcher, nodes * procs, tuple(d.hosts))
+
+
+class SessionControl:
+    """Start/stop/restart and status for the panel and the sidebar (the comm's `ClusterControl`)."""
+
+    def __init__(self, session: DistSession) -> None:
+        self.session = session
+
+    def status(self) -> dict[str, Any]:
+        return self.session.status()
+
+    def start(self) -> None:
+        self.session.cluster.ensure(self.session.default_shape())
+
+    def stop(self) -> None:
+        self.session.cluster.stop()
+
+    def restart(self) -> None:
+        self.session.cluster.stop()
+        self.start()
+
+
+def check_compiles(code: str, shell: Any = None) -> None:
+    """A cell that does not compile fails here, before anything runs on the ranks."""
+    source = code
+    if shell is not None:
+        source = shell.transform_cell(code)
+    try:
+        compile(source, "<distrun cell>", "exec")
+    except SyntaxError as e:
+        raise UsageError(f"the cell does not compile: line {e.lineno}: {e.msg}.") from None
+
+
+def script_code(spec: RunSpec) -> str:
+    """Script mode: the engine expands $RANK-style arguments per rank and runs the file as __main__."""
+    path = os.path.abspath(spec.script or "")
+    return f"__import__('jupyter_dist.engine').engine.run_script({path!r}, {list(spec.script_args)!r})"
+
+
+def start_progress() -> Callable[[int, int, float], None]:
+    """'starting engines: 3/4 registered (2.1 s)' live while engines come up, then one line."""
+    from .views.live import LiveArea
+
+    state: dict[str, Any] = {}
+
+    def progress(up: int, n: int, elapsed: float) -> None:
+        if "area" not in state:
+            state["area"] = LiveArea("jupyter-dist: starting engines")
+        text = f"jupyter-dist: starting engines: {up}/{n} registered ({elapsed:.1f} s)"
+        state["area"].set_text(text)
+        if up == n and not state.get("done"):
+            state["done"] = True
+            state["area"].close()
+            print(f"jupyter-dist: {n} engines started in {elapsed:.1f} s", flush=True)
+
+    return progress

@@ -1,0 +1,1 @@
+"""What the notebook shows: status tables, output views, charts."""

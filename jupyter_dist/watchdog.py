@@ -1,0 +1,60 @@
+"""`python -m jupyter_dist.watchdog KERNEL_PID PIDFILE`: stop the cluster if the kernel dies.
+
+A kernel that is killed (restart, SIGKILL) runs no atexit handler; the controller, `mpiexec`
+and engines run in sessions of their own and would outlive it. This process, in its own
+session too, polls the kernel and kills every process listed in PIDFILE (and their children).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+
+import psutil
+
+
+def read_pids(path: str) -> list[int]:
+    with contextlib.suppress(OSError), open(path) as f:
+        return [int(tok) for tok in f.read().split() if tok.isdigit()]
+    return []
+
+
+def kill_trees(pids: list[int], grace: float = 3.0) -> None:
+    procs: dict[int, psutil.Process] = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
+            procs[pid] = p
+            for c in p.children(recursive=True):
+                procs[c.pid] = c
+    for p in procs.values():
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+
+
+def main(argv: list[str]) -> int:
+    kernel_pid, pidfile = int(argv[0]), argv[1]
+    try:
+        kernel = psutil.Process(kernel_pid)
+        started = kernel.create_time()
+    except psutil.Error:
+        kill_trees(read_pids(pidfile))
+        return 0
+    while True:
+        try:
+            if not kernel.is_running() or kernel.create_time() != started or kernel.status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.Error:
+            break
+        time.sleep(1.0)
+    kill_trees(read_pids(pidfile))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,45 @@
+"""Shared fixtures. Integration tests start one cluster per module and reuse it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+# Tests never touch the user's real state directory.
+os.environ.setdefault("JUPYTER_DIST_DIR", str(ARTIFACTS / "state"))
+
+
+@pytest.fixture(scope="module")
+def shell():
+    """An IPython shell with jupyter_dist loaded into a fresh session; its cluster stops after the module."""
+    from IPython.testing.globalipapp import start_ipython
+
+    import jupyter_dist
+    from jupyter_dist.defaults import STORE
+
+    ip = start_ipython()
+    STORE.reset()
+    jupyter_dist._session = None
+    jupyter_dist.load_ipython_extension(ip)
+    session = jupyter_dist.get_session()
+    yield ip
+    session.shutdown()
+    jupyter_dist._session = None
+    STORE.reset()
+
+
+@pytest.fixture
+def distrun(shell, capsys):
+    """`distrun(flags, cell)` -> (stdout, stderr) of the run."""
+
+    def run(flags: str, cell: str | None = None):
+        if cell is None:
+            shell.run_line_magic("distrun", flags)
+        else:
+            shell.run_cell_magic("distrun", flags, cell)
+        return capsys.readouterr()
+
+    return run

@@ -1,0 +1,159 @@
+"""%%distrun on real engines under real Open MPI: one 2 nodes x 2 processes cluster for the module."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from jupyter_dist.errors import RankFailure
+
+pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
+
+ENV_KEYS = ["RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"]
+
+DDP_CELL = textwrap.dedent(
+    """
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo", init_method="env://")
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(dist.get_rank())   # each rank its own data
+    for step in range(10):
+        x = torch.randn(16, 8, generator=gen)
+        loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+        opt.zero_grad(); loss.backward(); opt.step()
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    print(f"trained rank={dist.get_rank()} world={dist.get_world_size()}")
+    """
+)
+
+
+def test_environment_on_every_rank(distrun, shell):
+    distrun("-f pytorch -N 2 -n 2 -o env", f"import os\nenv = {{k: os.environ.get(k) for k in {ENV_KEYS!r}}}")
+    envs = shell.user_ns["env"]
+    assert len(envs) == 4
+    ports = {e["MASTER_PORT"] for e in envs}
+    assert len(ports) == 1 and 0 < int(ports.pop()) < 65536
+    for r, e in enumerate(envs):
+        assert e["RANK"] == str(r) and e["WORLD_SIZE"] == "4"
+        assert e["LOCAL_RANK"] == str(r % 2) and e["NODE_RANK"] == e["GROUP_RANK"] == str(r // 2)
+        assert e["LOCAL_WORLD_SIZE"] == "2" and e["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_mpi_rank_matches_and_allreduce(distrun, shell):
+    out = distrun(
+        "-f mpi -N 2 -n 2 -o got",
+        "from mpi4py import MPI\nimport os\n"
+        "got = (MPI.COMM_WORLD.rank, int(os.environ['OMPI_COMM_WORLD_RANK']), MPI.COMM_WORLD.allreduce(MPI.COMM_WORLD.rank))\n"
+        "print('allreduce', got[2])",
+    )
+    got = shell.user_ns["got"]
+    assert [g[0] for g in got] == [0, 1, 2, 3]
+    assert [g[1] for g in got] == [0, 1, 2, 3]
+    assert all(g[2] == 6 for g in got)
+    for r in range(4):
+        assert f"[rank {r}|node {r // 2}] allreduce 6" in out.out
+
+
+def test_azureml_mpi_code_runs_unchanged(distrun, shell):
+    cell = textwrap.dedent(
+        """
+        import os
+        gpus_per_node = 2
+        if "AZ_BATCH_MASTER_NODE" in os.environ:
+            addr, port = os.environ["AZ_BATCH_MASTER_NODE"].split(":")
+        else:
+            addr, port = os.environ["AZ_BATCHAI_MPI_MASTER_NODE"], "54965"
+        derived = dict(
+            NODE_RANK=int(os.environ["OMPI_COMM_WORLD_RANK"]) // gpus_per_node,
+            LOCAL_RANK=int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]),
+            WORLD_SIZE=int(os.environ["OMPI_COMM_WORLD_SIZE"]),
+            MASTER_ADDR=addr, MASTER_PORT=int(port),
+        )
+        """
+    )
+    distrun("-f mpi -N 2 -n 2 -o derived", cell)
+    d = shell.user_ns["derived"]
+    assert [x["NODE_RANK"] for x in d] == [0, 0, 1, 1]
+    assert [x["LOCAL_RANK"] for x in d] == [0, 1, 0, 1]
+    assert {x["WORLD_SIZE"] for x in d} == {4}
+    assert {x["MASTER_ADDR"] for x in d} == {"127.0.0.1"}
+
+
+def test_framework_switch_does_not_leak(distrun, shell):
+    distrun("-f mpi -N 2 -n 2 -o seen", "import os\nseen = os.environ.get('RANK'), os.environ.get('OMPI_COMM_WORLD_LOCAL_RANK')")
+    assert [s[0] for s in shell.user_ns["seen"]] == [None] * 4
+    assert [s[1] for s in shell.user_ns["seen"]] == ["0", "1", "0", "1"]
+    distrun("-f pytorch -N 2 -n 2 -o seen", "import os\nseen = os.environ.get('RANK'), os.environ.get('AZ_BATCHAI_MPI_MASTER_NODE')")
+    assert [s[0] for s in shell.user_ns["seen"]] == ["0", "1", "2", "3"]
+    assert [s[1] for s in shell.user_ns["seen"]] == [None] * 4
+
+
+def test_ddp_replicas_identical_and_rerun(distrun, shell):
+    first = distrun("-f pytorch -N 2 -n 2 -o params", DDP_CELL)
+    p1 = shell.user_ns["params"]
+    assert all(bool((p == p1[0]).all()) for p in p1)
+    for r in range(4):
+        assert f"trained rank={r} world=4" in first.out
+    second = distrun("-f pytorch -N 2 -n 2 -o params", DDP_CELL)  # init_process_group again
+    p2 = shell.user_ns["params"]
+    assert all(bool((p == p2[0]).all()) for p in p2)
+    assert "trained rank=3 world=4" in second.out
+
+
+def test_warm_engines_keep_variables(distrun, shell):
+    distrun("-N 2 -n 2", "import os\nkept = int(os.environ['RANK']) * 10")
+    distrun("-N 2 -n 2 -o back", "back = kept + 1")
+    assert shell.user_ns["back"] == [1, 11, 21, 31]
+
+
+def test_flags_are_remembered(distrun, shell):
+    distrun("-f mpi -N 2 -n 2", "pass")
+    distrun("-o fw", "import os\nfw = os.environ['JUPYTER_DIST_FRAMEWORK']")
+    assert shell.user_ns["fw"] == ["mpi"] * 4
+
+
+def test_error_names_rank(distrun, shell, capsys):
+    with pytest.raises(RankFailure) as info:
+        shell.run_cell_magic(
+            "distrun", "-f pytorch -N 2 -n 2",
+            "import os\nprint('before the error', flush=True)\nif os.environ['RANK'] == '2':\n    raise ValueError('bad shard')\n",
+        )
+    out = capsys.readouterr()
+    err = info.value
+    assert err.failed == [2]
+    assert "rank 2 failed first" in str(err) and "ValueError: bad shard" in str(err)
+    text = "\n".join(err._render_traceback_())
+    assert "rank 2 (node 1, local rank 0) failed first" in text
+    assert "[rank 2|node 1] before the error" in out.out  # output printed just before the error is kept
+    # the cluster is still usable
+    distrun("-N 2 -n 2 -o ok", "ok = 1")
+    assert shell.user_ns["ok"] == [1, 1, 1, 1]
+
+
+def test_script_mode_expands_rank_vars(distrun, shell, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys, os\n"
+        "assert __name__ == '__main__'\n"
+        "print('argv', sys.argv[1:], 'rank', os.environ['RANK'])\n"
+    )
+    out = distrun(f"-f pytorch -N 2 -n 2 {script} --local_rank $LOCAL_RANK --node ${{NODE_RANK}} --n $WORLD_SIZE")
+    for r in range(4):
+        assert f"argv ['--local_rank', '{r % 2}', '--node', '{r // 2}', '--n', '4'] rank {r}" in out.out
+
+
+def test_ranks_filter_shows_only_rank0_but_logs_all(distrun, shell):
+    out = distrun("-N 2 -n 2 --ranks 0", "import os\nprint('hello from', os.environ['RANK'])")
+    assert "hello from 0" in out.out
+    assert "hello from 1" not in out.out
+
+
+def test_status_shows_ranks(shell, capsys):
+    shell.run_line_magic("dist", "status")
+    out = capsys.readouterr().out
+    assert "engines: 4/4" in out
+    assert "idle" in out
