@@ -253,7 +253,8 @@ def _current_backend() -> str | None:
 def _bench_device(backend: str | None) -> Any:
     import torch
 
-    if backend == "nccl":
+    # "nccl", or a combined group such as "cpu:gloo,cuda:nccl" (torch's default with CUDA)
+    if backend and "nccl" in backend:
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 

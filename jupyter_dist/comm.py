@@ -19,6 +19,7 @@ import math
 import re
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal, Protocol, TypedDict
 
 from jupyter_dist.defaults import (
@@ -299,7 +300,20 @@ def error(message: str, code: ErrorCode = "bad_message") -> ErrorMsg:
     return ErrorMsg(type="error", code=code, message=message)
 
 
+# ---------------------------------------------------------------------------- the cluster
+
 _control: ClusterControl | None = None
+_snapshot: ClusterStatus = dict(STOPPED_STATUS)  # type: ignore[assignment]
+_snapshot_lock = threading.Lock()
+
+
+def _run_directly(fn: Callable[[], None]) -> None:
+    fn()
+
+
+# How cluster actions reach the thread that owns the cluster; `register` points it at the
+# kernel's main loop, so an action from a subshell runs on the main thread (after a running cell).
+_on_main: Callable[[Callable[[], None]], None] = _run_directly
 
 
 def set_cluster_control(ctrl: ClusterControl | None) -> None:
@@ -309,15 +323,77 @@ def set_cluster_control(ctrl: ClusterControl | None) -> None:
     notify_status()
 
 
-def cluster_status() -> ClusterStatus:
+def _count_or(value: object, default: int) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return default
+
+
+def normalize_status(raw: object) -> ClusterStatus:
+    """The provider's status in the protocol's shape: known keys only, every rank placed on the grid."""
+    if not isinstance(raw, dict):
+        raise TypeError(f"status must be a dict, not {type(raw).__name__}")
+    procs = _count_or(raw.get("procs_per_node"), 0)
+    ranks: list[RankStatus] = []
+    for item in raw.get("ranks") or []:
+        rank = _count_or(item.get("rank"), -1) if isinstance(item, dict) else -1
+        if rank < 0:
+            continue
+        node, local = divmod(rank, procs) if procs else (0, rank)
+        rank_state = item.get("state")
+        ranks.append(
+            RankStatus(
+                rank=rank,
+                node=_count_or(item.get("node"), node),
+                local_rank=_count_or(item.get("local_rank"), local),
+                host=str(item.get("host") or ""),
+                state=rank_state if rank_state in RANK_STATES else "dead",
+            )
+        )
+    state = raw.get("state")
+    status: ClusterStatus = {
+        "state": state if state in CLUSTER_STATES else "error",  # type: ignore[typeddict-item]
+        "engines": _count_or(raw.get("engines"), 0),
+        "expected": _count_or(raw.get("expected"), 0),
+        "ranks": ranks,
+    }
+    framework = raw.get("framework")
+    if "framework" in raw and (framework is None or isinstance(framework, str)):
+        status["framework"] = framework
+    if "nodes" in raw:
+        status["nodes"] = _count_or(raw.get("nodes"), 0)
+    if procs:
+        status["procs_per_node"] = procs
+    if isinstance(raw.get("message"), str):
+        status["message"] = raw["message"]
+    return status
+
+
+def refresh_status() -> ClusterStatus:
+    """Ask the cluster control for its status, on the caller's thread, and keep it as the snapshot."""
+    global _snapshot
     ctrl = _control
+    status: ClusterStatus
     if ctrl is None:
-        return dict(STOPPED_STATUS)  # type: ignore[return-value]
-    try:
-        return ctrl.status()  # type: ignore[return-value]
-    except Exception as exc:
-        log.exception("cluster status failed")
-        return {**STOPPED_STATUS, "state": "error", "message": f"cluster status failed: {exc}"}
+        status = dict(STOPPED_STATUS)  # type: ignore[assignment]
+    else:
+        try:
+            status = normalize_status(ctrl.status())
+        except Exception as exc:
+            log.exception("cluster status failed")
+            status = {**STOPPED_STATUS, "state": "error", "message": f"cluster status failed: {exc}"}
+    with _snapshot_lock:
+        _snapshot = status
+    return status
+
+
+def cluster_status() -> ClusterStatus:
+    """Fresh on the main thread; elsewhere (a subshell) the snapshot the last notify took, so
+    that the cluster, driven from the main thread, is never touched from another one."""
+    if threading.current_thread() is threading.main_thread():
+        return refresh_status()
+    with _snapshot_lock:
+        return _snapshot
 
 
 def state() -> StateMsg:
@@ -377,12 +453,18 @@ class SidebarSession:
         ctrl = _control
         if ctrl is None:
             raise ProtocolError("no cluster yet: run a %%distrun cell first", "action_failed")
-        try:
-            getattr(ctrl, action)()
-        except Exception as exc:
-            log.exception("cluster %s failed", action)
-            raise ProtocolError(f"cluster {action} failed: {exc}", "action_failed") from exc
-        self.send(state())
+
+        def run() -> None:
+            try:
+                getattr(ctrl, action)()
+            except Exception as exc:
+                log.exception("cluster %s failed", action)
+                self.send(error(f"cluster {action} failed: {exc}", "action_failed"))
+                return
+            refresh_status()
+            self.send(state())
+
+        _on_main(run)
 
 
 _sessions: dict[str, SidebarSession] = {}
@@ -411,7 +493,8 @@ def broadcast_state() -> None:
 
 
 def notify_status() -> None:
-    """Called by the core whenever the cluster status changes."""
+    """Called by the core (on the thread that drives the cluster) whenever its status changes."""
+    refresh_status()
     broadcast_state()
 
 
@@ -445,6 +528,13 @@ def _on_comm_open(comm: Any, open_msg: dict[str, Any]) -> None:
         session.handle(data)
 
 
+def _call_on_loop(loop: Any, fn: Callable[[], None]) -> None:
+    if threading.current_thread() is threading.main_thread():
+        fn()
+    else:
+        loop.add_callback(fn)
+
+
 def _announce() -> None:
     """Tell frontends already attached to this kernel that the target now exists."""
     try:
@@ -458,10 +548,15 @@ def _announce() -> None:
 
 def register(ipython: object | None) -> bool:
     """Register the comm target on the kernel behind `ipython`; False (and nothing done) without one."""
-    manager = getattr(getattr(ipython, "kernel", None), "comm_manager", None)
+    global _on_main
+    kernel = getattr(ipython, "kernel", None)
+    manager = getattr(kernel, "comm_manager", None)
     if manager is None:
         return False
     manager.register_target(TARGET_NAME, _on_comm_open)
+    loop = getattr(kernel, "io_loop", None)
+    if loop is not None:
+        _on_main = partial(_call_on_loop, loop)
     subscribe_store()
     _announce()
     return True

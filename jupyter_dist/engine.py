@@ -14,6 +14,16 @@ from typing import Any
 
 _MISSING = object()
 
+# Lines a rank prints that start with RELABEL + "<rank>" + RELABEL are shown as that rank's
+# output: a torchrun agent on a node leader uses it to attribute its workers' lines.
+RELABEL = "\x1e"
+
+# Functions run on every rank after each cell; each returns (key, data) to send back, or None.
+END_OF_CELL: list[Any] = []
+# Data a rank sends to the notebook rides on a display message of this type: it arrives in
+# order with the rank's output and costs no round trip. The notebook routes it to the view.
+DATA_MIME = "application/vnd.jupyter-dist.data+json"
+
 # rank given by the notebook side; environment keys this package manages and their originals
 _state: dict[str, Any] = {"rank": None, "saved": {}, "framework": None}
 
@@ -89,6 +99,7 @@ def assign_rank(rank: int, stack_dir: str) -> None:
     import signal
 
     _state["rank"] = rank
+    _watch_cells()
     path = stack_file(stack_dir, rank)
     os.makedirs(stack_dir, mode=0o700, exist_ok=True)
     old = _state.get("stack_fh")
@@ -219,3 +230,31 @@ def run_script(path: str, args: list[str]) -> None:
         sys.argv = old_argv
         if sys.path and sys.path[0] == script_dir:
             sys.path.pop(0)
+
+
+def relabel(rank: int, line: str) -> str:
+    return f"{RELABEL}{rank}{RELABEL}{line}"
+
+
+def publish(key: str, data: Any) -> None:
+    """Send `data` to the notebook's view of this rank, under `key` (see DATA_MIME)."""
+    from IPython.display import publish_display_data
+
+    publish_display_data({DATA_MIME: {"key": key, "data": data}, "text/plain": ""})
+
+
+def end_of_cell(*_: Any) -> None:
+    """post_run_cell: run the registered hooks (metrics flush and the like) and send their data."""
+    for hook in END_OF_CELL:
+        item = hook()
+        if item is not None:
+            publish(*item)
+
+
+def _watch_cells() -> None:
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None and not _state.get("watching"):
+        shell.events.register("post_run_cell", end_of_cell)
+        _state["watching"] = True

@@ -263,7 +263,7 @@ def detect_topo_file(
     gen = _topo_generation(vm_size) if vm_size else None
     if gen:
         for c in found:
-            if gen in Path(c).parent.name or Path(c).name.startswith(gen + "-"):
+            if Path(c).parent.name == gen or Path(c).name.startswith(gen + "-"):
                 return c, found
     distinct = {os.path.realpath(c) for c in found}
     if len(distinct) == 1:
@@ -483,12 +483,14 @@ class VMSize:
     family: str
     vcpus: int
     constrained_vcpus: int | None
-    capabilities: str  # lower-case additive letters: a d i l m r s t ...
+    capabilities: str  # additive letters, lower-cased: a d i l m r s t ...
     accelerator: tuple[str, ...] = field(default=())
     version: int = 1
 
 
-_SIZE_HEAD = re.compile(r"^(?P<family>[A-Z]+)(?P<vcpus>\d+)(?:-(?P<constrained>\d+))?(?P<caps>[a-z]*)$")
+# Family letters come before the vCPU count, capability letters after it (Azure treats size
+# names case-insensitively, and "Standard_NC40ADS_H100_V5" is seen in the wild).
+_SIZE_HEAD = re.compile(r"^(?P<family>[A-Za-z]+)(?P<vcpus>\d+)(?:-(?P<constrained>\d+))?(?P<caps>[A-Za-z]*)$")
 
 
 def parse_vm_size(size: str) -> VMSize | None:
@@ -509,17 +511,17 @@ def parse_vm_size(size: str) -> VMSize | None:
         elif part.lower() != "promo" and part:
             accel.append(part)
     return VMSize(
-        family=head["family"],
+        family=head["family"].upper(),
         vcpus=int(head["vcpus"]),
         constrained_vcpus=int(head["constrained"]) if head["constrained"] else None,
-        capabilities=head["caps"],
+        capabilities=head["caps"].lower(),
         accelerator=tuple(accel),
         version=version,
     )
 
 
 def is_rdma_vm_size(size: str) -> bool | None:
-    """Whether an Azure size is RDMA-capable: an "r" among its lower-case capability letters.
+    """Whether an Azure size is RDMA-capable: an "r" among the capability letters after the vCPUs.
 
     Standard_NC24rs_v3, Standard_ND96asr_v4, Standard_HB120rs_v3 -> True; Standard_NC24s_v3,
     Standard_D4s_v5 -> False; a name that is not an Azure size -> None.

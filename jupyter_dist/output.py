@@ -41,7 +41,26 @@ class OutputSink(Protocol):
     def lines(self, rank: int, stream: str, lines: list[str]) -> None: ...
     def display(self, rank: int, content: dict[str, Any]) -> None: ...
     def result(self, rank: int, content: dict[str, Any]) -> None: ...
+    def collected(self, rank: int, item: dict[str, Any]) -> None: ...
     def finish(self) -> None: ...
+
+
+def split_relabelled(rank: int, lines: list[str]) -> list[tuple[int, list[str]]]:
+    """Group lines by the rank they belong to (see `engine.RELABEL`), keeping their order."""
+    from .engine import RELABEL
+
+    groups: list[tuple[int, list[str]]] = []
+    for line in lines:
+        owner = rank
+        if line.startswith(RELABEL):
+            tag, sep, rest = line[1:].partition(RELABEL)
+            if sep and tag.isdigit():
+                owner, line = int(tag), rest
+        if groups and groups[-1][0] == owner:
+            groups[-1][1].append(line)
+        else:
+            groups.append((owner, [line]))
+    return groups
 
 
 def rank_label(place: RankPlace, nodes: int) -> str:
@@ -85,6 +104,9 @@ class TextSink:
         text = content.get("data", {}).get("text/plain", "")
         label = self.labels.get(rank, f"[rank {rank}]")
         print(f"{label} Out: {text}", flush=True)
+
+    def collected(self, rank: int, item: dict[str, Any]) -> None:
+        """Data a rank sent (`engine.publish`: {"key", "data"}); plain text shows nothing of it."""
 
     def finish(self) -> None:
         sys.stdout.flush()

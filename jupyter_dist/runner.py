@@ -20,7 +20,7 @@ from . import engine as engine_side
 from .cluster import STATE_DIR, EngineCluster
 from .errors import OutputFetchError, RankFailure, RunTimeout
 from .layout import Layout, RankPlace
-from .output import LineBuffer, OutputSink, RankLogs, TextSink
+from .output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
 
 POLL_S = 0.01
 FAIL_GRACE_S = float(os.environ.get("JUPYTER_DIST_FAIL_GRACE", "3"))
@@ -178,19 +178,28 @@ class Runner:
                 new = text[st.offsets[stream]:]
                 if new:
                     st.offsets[stream] = len(text)
-                    lines = st.buffers[stream].feed(new)
-                    if lines:
-                        logs.write(st.place.rank, stream, lines)
-                        sink.lines(st.place.rank, stream, lines)
+                    self._emit(st.place.rank, stream, st.buffers[stream].feed(new), sink, logs)
                 if final:
-                    rest = st.buffers[stream].flush()
-                    if rest:
-                        logs.write(st.place.rank, stream, rest)
-                        sink.lines(st.place.rank, stream, rest)
+                    self._emit(st.place.rank, stream, st.buffers[stream].flush(), sink, logs)
             outputs = md.get("outputs") or []
             while st.displays < len(outputs):
-                sink.display(st.place.rank, outputs[st.displays])
+                content = outputs[st.displays]
                 st.displays += 1
+                item = content.get("data", {}).get(engine_side.DATA_MIME)
+                if item is not None:
+                    sink.collected(st.place.rank, item)
+                else:
+                    sink.display(st.place.rank, content)
+
+    @staticmethod
+    def _emit(rank: int, stream: str, lines: list[str], sink: OutputSink, logs: RankLogs) -> None:
+        if not lines:
+            return
+        for owner, group in split_relabelled(rank, lines):
+            if owner not in logs.paths:
+                owner = rank
+            logs.write(owner, stream, group)
+            sink.lines(owner, stream, group)
 
     # -- control -------------------------------------------------------------------
 

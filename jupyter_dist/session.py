@@ -128,7 +128,7 @@ class DistSession:
         ctx = RunContext(spec, p.layout, p.backend, inherited=self.cluster.inherited_env)
         source = code if code is not None else script_code(spec)
         ex = Execution(
-            code=source,
+            code=p.framework.cell_code(ctx, source),
             ranks=p.framework.cell_ranks(ctx),
             layout=p.layout,
             timeout=spec.timeout,

@@ -42,6 +42,10 @@ class Framework:
         """Ranks that execute the cell (all, unless some only serve, as TF parameter servers)."""
         return tuple(range(ctx.layout.world_size))
 
+    def cell_code(self, ctx: RunContext, code: str) -> str:
+        """What the cell ranks execute; a per-node launcher (torchrun) wraps the user's code here."""
+        return code
+
     def install_hint(self) -> str:
         if self.extra:
             return f"pip install 'jupyter-dist[{self.extra}]'"

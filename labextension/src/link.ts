@@ -100,6 +100,7 @@ export class KernelLink implements IDisposable {
         return;
       }
     }
+    this._model.opened(this.subshellId ? 'subshell' : 'main shell');
     this._timer = setTimeout(() => {
       if (!this._stale(generation) && this._model.phase === 'connecting') {
         this._model.notLoaded();

@@ -27,6 +27,9 @@ import {
  */
 export type Phase = 'no-kernel' | 'connecting' | 'unloaded' | 'mismatch' | 'ready';
 
+/** Which kernel shell serves the sidebar's comm (null before it opens). */
+export type Transport = 'subshell' | 'main shell' | null;
+
 /** The settings the sidebar remembers between sessions. */
 export interface Remembered {
   framework: Framework;
@@ -67,6 +70,7 @@ export class SidebarModel {
   private _lastError: string | null = null;
   private _mismatch = '';
   private _awaitingFirstState = false;
+  private _transport: Transport = null;
   private _listeners = new Set<() => void>();
 
   constructor(remembered?: Partial<Remembered>) {
@@ -85,6 +89,9 @@ export class SidebarModel {
   get lastError(): string | null {
     return this._lastError;
   }
+  get transport(): Transport {
+    return this._transport;
+  }
   get ready(): boolean {
     return this._phase === 'ready';
   }
@@ -99,12 +106,19 @@ export class SidebarModel {
 
   kernelGone(): void {
     this._status = STOPPED_STATUS;
+    this._transport = null;
     this._set('no-kernel');
   }
 
   connecting(): void {
     this._lastError = null;
+    this._transport = null;
     this._set('connecting');
+  }
+
+  opened(transport: Exclude<Transport, null>): void {
+    this._transport = transport;
+    this._emit();
   }
 
   /** The comm could not open, the kernel closed it, or no welcome came in time. */

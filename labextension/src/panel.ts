@@ -75,6 +75,7 @@ export class DistSidebar extends Widget {
   private _headline = el('div', 'jp-dist-headline');
   private _error = el('div', 'jp-dist-error');
   private _ranks = el('ul', 'jp-dist-ranks');
+  private _transport = el('div', 'jp-dist-transport');
   private _buttons: Record<ClusterAction, HTMLButtonElement>;
   private _unsubscribe: () => void;
 
@@ -138,7 +139,7 @@ export class DistSidebar extends Widget {
 
     const status = el('div', 'jp-dist-status');
     status.setAttribute('aria-live', 'polite');
-    status.append(this._headline, this._error, this._ranks);
+    status.append(this._headline, this._error, this._ranks, this._transport);
 
     this.node.append(header, form, this._world, this._grid, insert, status, actions);
     this._unsubscribe = _model.subscribe(() => this.render());
@@ -173,6 +174,8 @@ export class DistSidebar extends Widget {
     this.node.dataset.cluster = model.ready ? model.status.state : '';
     this._headline.textContent = model.headline();
     this._error.textContent = model.lastError ?? '';
+    this._transport.textContent = model.transport && model.ready ? `comm over the ${model.transport}` : '';
+    this.node.dataset.transport = model.transport ?? '';
     this._ranks.replaceChildren(
       ...model.status.ranks.map(rank =>
         el(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -274,6 +275,51 @@ def test_a_failing_status_is_reported_not_raised():
     assert status["state"] == "error" and "gone" in status["message"]
 
 
+def test_the_core_status_is_normalized_to_the_protocol_shape():
+    raw = {
+        "state": "idle",
+        "engines": 4,
+        "expected": 4,
+        "launcher": "mpi",
+        "hosts": [],
+        "framework": "pytorch",
+        "nodes": 2,
+        "procs_per_node": 2,
+        "ranks": [
+            {"rank": r, "engine_id": 7 - r, "pid": 100 + r, "host": "h", "state": "idle"} for r in range(4)
+        ]
+        + [{"rank": "x"}, "junk", {"rank": 4, "node": 9, "local_rank": 0, "host": None, "state": "zombie"}],
+    }
+    status = comm.normalize_status(raw)
+    assert set(status) == {"state", "engines", "expected", "framework", "nodes", "procs_per_node", "ranks"}
+    assert [(r["rank"], r["node"], r["local_rank"]) for r in status["ranks"]] == [
+        (0, 0, 0),
+        (1, 0, 1),
+        (2, 1, 0),
+        (3, 1, 1),
+        (4, 9, 0),
+    ]
+    assert set(status["ranks"][0]) == {"rank", "node", "local_rank", "host", "state"}
+    assert status["ranks"][4]["state"] == "dead" and status["ranks"][4]["host"] == ""
+    assert comm.normalize_status({"state": "weird"})["state"] == "error"
+
+
+def test_other_threads_get_the_snapshot_and_never_call_the_control():
+    ctrl = FakeControl()
+    comm.set_cluster_control(ctrl)  # takes a snapshot on this (main) thread
+    calls: list[str] = []
+    ctrl.status = lambda: (
+        calls.append("status") or {"state": "busy", "engines": 0, "expected": 0, "ranks": []}
+    )
+    seen: list[Any] = []
+    worker = threading.Thread(target=lambda: seen.append(comm.cluster_status()))
+    worker.start()
+    worker.join()
+    assert seen[0]["engines"] == 4 and calls == []
+    comm.notify_status()  # the core's thread refreshes the snapshot
+    assert calls == ["status"]
+
+
 # ---------------------------------------------------------------------------- registration
 
 
@@ -319,6 +365,20 @@ def test_register_with_a_kernel_opens_sessions_per_comm():
 
 
 # ---------------------------------------------------------------------------- a real kernel
+
+
+CONTROL_IN_KERNEL = """
+import threading
+class Ctrl:
+    threads = []
+    def status(self):
+        return {"state": "stopped", "engines": 0, "expected": 0, "ranks": []}
+    def start(self):
+        self.threads.append(threading.current_thread().name)
+    stop = restart = start
+ctrl = Ctrl()
+comm.set_cluster_control(ctrl)
+"""
 
 
 def test_sidebar_comm_over_a_subshell_answers_while_the_main_shell_is_busy():
@@ -367,6 +427,22 @@ def test_sidebar_comm_over_a_subshell_answers_while_the_main_shell_is_busy():
         assert replies(1, 2.0) == ["state"]
         send("comm_msg", {"comm_id": comm_id, "data": {"type": "get_state"}})
         assert replies(1, 2.0) == ["state"]  # answered while the main shell sleeps
+        kc.get_shell_msg(timeout=10)
+        # a cluster action from the subshell runs on the main thread, which owns the cluster
+        reply = kc.execute_interactive(CONTROL_IN_KERNEL, timeout=30)
+        assert reply["content"]["status"] == "ok"
+        replies(1, 1.0)  # the push from set_cluster_control
+        send("comm_msg", {"comm_id": comm_id, "data": {"type": "cluster", "action": "start"}})
+        assert replies(1, 5.0) == ["state"]
+        threads: list[str] = []
+        kc.execute_interactive(
+            "print(ctrl.threads)",
+            timeout=30,
+            output_hook=lambda m: (
+                threads.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else None
+            ),
+        )
+        assert "MainThread" in "".join(threads)
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

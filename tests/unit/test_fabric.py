@@ -395,7 +395,10 @@ def test_resolve_backend_nccl_without_gpus_is_one_sentence():
         ("Standard_D4s_v5", False),
         ("Standard_DS3_v2", False),  # capital S is part of the family, not a capability
         ("Standard_NC6", False),
-        ("standard_nc24rs_v3", None),  # lower-case family letters: not a size name we can read
+        ("standard_nc24rs_v3", True),  # Azure reads size names case-insensitively
+        ("Standard_NC40ADS_H100_V5", False),
+        ("Standard_DS3_v2_Promo", False),
+        ("Standard_", None),
         ("not a size", None),
         ("", None),
     ],

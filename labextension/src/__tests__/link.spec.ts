@@ -95,6 +95,7 @@ describe('KernelLink', () => {
     await started;
     expect(comm.opened).toEqual([{ type: 'hello', version: '1.0' }]);
     expect(link.subshellId).toBe('sub-1');
+    expect(model.transport).toBe('subshell');
     comm.reply(welcome);
     expect(model.phase).toBe('ready');
   });
@@ -104,6 +105,7 @@ describe('KernelLink', () => {
     await link.start();
     expect(kernel.comms[0].opened).toHaveLength(1);
     expect(link.subshellId).toBeNull();
+    expect(model.transport).toBe('main shell');
     expect(model.phase).toBe('connecting');
   });
 
