@@ -107,20 +107,26 @@ class EngineCluster:
             return False
         return all(psutil.pid_exists(e.pid) for e in self.engines if _is_here(e.host))
 
-    def ensure(self, shape: ClusterShape, progress: Callable[[int, int, float], None] | None = None) -> str | None:
-        """Start or reuse engines of `shape`; returns a sentence when it had to (re)start."""
+    def ensure(
+        self,
+        shape: ClusterShape,
+        progress: Callable[[int, int, float], None] | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> bool:
+        """Start or reuse engines of `shape`; True when it (re)started them. `say` hears why."""
         if self.shape == shape and self.alive():
-            return None
-        reason = None
+            return False
         if self._client is not None:
             reason = (
-                "an engine died: restarting the cluster"
+                "an engine died: restarting the cluster (variables on the ranks are lost)"
                 if self.shape == shape
                 else f"the layout changed ({self._describe(self.shape)} -> {self._describe(shape)}): restarting the cluster"
             )
+            if say is not None:
+                say(reason)
             self.stop()
         self.start(shape, progress)
-        return reason
+        return True
 
     @staticmethod
     def _describe(shape: ClusterShape | None) -> str:

@@ -119,6 +119,14 @@ def _sync_torch_threads() -> None:
         torch.set_num_threads(int(threads))
 
 
+def cuda_set_device() -> None:
+    """NCCL: bind this rank to GPU LOCAL_RANK before any process group exists."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
 def torch_idempotent_init() -> None:
     """Make `init_process_group` a no-op when a group of the same world already exists.
 
@@ -138,6 +146,8 @@ def torch_idempotent_init() -> None:
             if have == want:
                 return None
             dist.destroy_process_group()
+        if want[0] == "nccl" or os.environ.get("JUPYTER_DIST_BACKEND") == "nccl":
+            cuda_set_device()
         result = original(*args, **kwargs)
         _state["torch_world"] = want
         return result

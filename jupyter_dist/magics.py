@@ -64,6 +64,24 @@ class DistMagics(Magics):
 
         show_status(self.session.status())
 
+    def _spec_from(self, rest: list[str]) -> specmod.RunSpec:
+        """`%dist doctor/bench` take the layout flags of `%%distrun`; none means the last run's."""
+        if not rest and self.session.last is not None:
+            return self.session.last.spec
+        return self.parse(" ".join(shlex.quote(a) for a in rest))
+
+    def _dist_doctor(self, rest: list[str]) -> None:
+        from .diagnostics import doctor_report, show_doctor
+
+        show_doctor(doctor_report(self.session, self._spec_from(rest)))
+
+    def _dist_bench(self, rest: list[str]) -> None:
+        from .diagnostics import run_allreduce_bench, show_bench
+
+        if not rest or rest[0] != "allreduce":
+            raise UsageError("%dist bench needs what to measure: %dist bench allreduce [-N NODES -n PROCS ...].")
+        show_bench(run_allreduce_bench(self.session, self._spec_from(rest[1:])))
+
     def _dist_stop(self, rest: list[str]) -> None:
         self.session.cluster.stop()
         print("jupyter-dist: cluster stopped")

@@ -95,9 +95,7 @@ class DistSession:
     def bring_up(self, p: Prepared) -> None:
         """Engines of the right shape, the layout with real ports, every rank's environment."""
         spec = p.spec
-        reason = self.cluster.ensure(self.shape_of(spec), progress=start_progress())
-        if reason:
-            say(reason)
+        self.cluster.ensure(self.shape_of(spec), progress=start_progress(), say=say)
         for note in self.cluster.notes:
             say(note)
         self.cluster.notes = []
@@ -117,7 +115,10 @@ class DistSession:
                                  master_addr=layout.master_addr, all_local=layout.all_local)
         p.layout = layout
         p.envs = rank_environments(ctx, p.framework, {n: fenv for n in range(layout.nodes)})
-        self.runner.setup(p.envs, p.framework.engine_hooks, os.getcwd())
+        hooks = p.framework.engine_hooks
+        if p.backend == "nccl":
+            hooks = ("jupyter_dist.engine:cuda_set_device", *hooks)
+        self.runner.setup(p.envs, hooks, os.getcwd())
 
     def run(self, spec: RunSpec, code: str | None, shell: Any = None) -> RunOutcome:
         p = self.prepare(spec, code, shell)

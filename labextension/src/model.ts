@@ -241,8 +241,8 @@ export class SidebarModel {
   grid(): GridCell[][] {
     const status = this._status;
     if (status.ranks.length > 0) {
-      const nodes = status.nodes ?? 1 + Math.max(...status.ranks.map(r => r.node));
-      const procs = status.procs_per_node ?? 1 + Math.max(...status.ranks.map(r => r.local_rank));
+      const nodes = 1 + Math.max(...status.ranks.map(r => r.node));
+      const procs = 1 + Math.max(...status.ranks.map(r => r.local_rank));
       const rows: GridCell[][] = [];
       for (let node = 0; node < nodes; node++) {
         const row: GridCell[] = [];
