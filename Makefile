@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed-$(shell echo '$(TORCH) $(EXTRAS)' | tr -c 'a-zA-Z0-
 REPORTS := reports
 PYTEST_ARGS ?=
 
-.PHONY: all venv demo test lint notebooks-refresh labextension jest browser lab clean
+.PHONY: all venv demo test pytest lint notebooks-refresh labextension jest browser lab clean
 
 all: test
 
@@ -40,8 +40,21 @@ demo: venv
 
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout=600
 
-test: venv lint
+test: venv lint jest pytest browser
+
+pytest: venv
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests notebooks $(NBVAL)
+
+# The JupyterLab extension: `pip install -e .` builds it (hatch-jupyter-builder); these rebuild and test it.
+labextension: venv
+	labextension/build.sh build
+
+jest: venv
+	labextension/build.sh jest
+
+# A real JupyterLab in Debian's /usr/bin/chromium (installed by .ci/run), driven by Playwright.
+browser: venv
+	labextension/build.sh ui
 
 # Re-execute the tutorials in place so that their stored outputs (what nbval compares) are current.
 notebooks-refresh: venv

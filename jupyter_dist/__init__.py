@@ -47,11 +47,9 @@ def unload_ipython_extension(ipython: Any) -> None:
         _session.shutdown()
 
 
-def report(step: int | None = None, samples: int | None = None, tokens: int | None = None, **scalars: float) -> None:
-    """On a rank: record metrics for the live chart (batched, no round trip per call)."""
-    from .metrics import report as _report
-
-    _report(step=step, samples=samples, tokens=tokens, **scalars)
+# On a rank: record metrics for the live chart (batched, no round trip per call). Bound
+# directly, not wrapped: it is a hot path, and jupyter_dist.metrics imports nothing heavy.
+from .metrics import report  # noqa: E402
 
 
 def panel() -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -36,10 +37,13 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec")
 
 
-def open_mpi_env(world_size: int, cores: int) -> tuple[dict[str, str], list[str]]:
+def open_mpi_env(world_size: int, cores: int, all_local: bool = True) -> tuple[dict[str, str], list[str]]:
     """Variables Open MPI needs for the engines we launch, and the sentences that explain them."""
     env: dict[str, str] = {}
     notes: list[str] = []
+    if all_local:
+        # one host: shared memory only, so no rank opens a TCP listener on every interface
+        env["OMPI_MCA_btl"] = "self,sm"
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
@@ -82,6 +86,7 @@ class EngineCluster:
     _client: Any = None
     _watchdog: subprocess.Popen | None = None
     inherited_env: frozenset[str] = frozenset()
+    _controller_ports: tuple[int, ...] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -156,7 +161,7 @@ class EngineCluster:
             log_level=40,
             shutdown_atexit=True,
         )
-        env, notes = open_mpi_env(shape.world_size, os.cpu_count() or 1)
+        env, notes = open_mpi_env(shape.world_size, os.cpu_count() or 1, all_local=not shape.hosts)
         env["PYTHONUNBUFFERED"] = "1"
         if shape.launcher == "mpi":
             mpiexec = find_mpiexec()
@@ -180,6 +185,7 @@ class EngineCluster:
             self._client = client
             self._map_ranks(shape)
             self._write_pidfile()
+            lock_down(profile_dir)
         except BaseException:
             self.stop()
             raise
@@ -231,6 +237,34 @@ class EngineCluster:
             return es.get_output() or ""
         except Exception:  # noqa: BLE001 - the log is only informative
             return ""
+
+    def rotate_master_port(self) -> None:
+        self.master_port = free_ports(1)[0]
+
+    def controller_ports(self) -> tuple[int, ...]:
+        """Ports the controller listens on (engines' connections to them must never be cut)."""
+        if self._controller_ports is None:
+            ports: set[int] = set()
+            for p in _process_tree(self._cluster_pids()[:1]):
+                with contextlib.suppress(psutil.Error):
+                    ports.update(c.laddr.port for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN)
+            self._controller_ports = tuple(sorted(ports))
+        return self._controller_ports
+
+    def launcher_running(self) -> bool:
+        """Whether the engines' launcher (mpiexec) is still there; it reports deaths as it ends."""
+        es = self._engine_set()
+        pid = getattr(es, "pid", None)
+        if not pid:
+            return False
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def death_notes(self) -> dict[int, str]:
+        """What `mpiexec` said about ranks that died: rank -> 'exited with code 3' / 'killed by signal 9 (Killed)'."""
+        return parse_death_notes(self.engine_log())
 
     def _map_ranks(self, shape: ClusterShape) -> None:
         client = self._client
@@ -302,6 +336,7 @@ class EngineCluster:
                 self._watchdog.kill()
                 self._watchdog.wait(5)
         self._cluster = self._client = self._watchdog = None
+        self._controller_ports = None
         self.shape = None
         self.engines = []
         self.applied = None
@@ -347,6 +382,30 @@ class EngineCluster:
         if self.on_status is not None:
             with contextlib.suppress(Exception):
                 self.on_status()
+
+
+_EXIT_CODE = re.compile(r"Process name:\s*\[[^,\]]+,(\d+)\]\s*\n\s*Exit code:\s*(-?\d+)")
+_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on\s+signal (\d+)(?: \(([^)]+)\))?")
+
+
+def parse_death_notes(log: str) -> dict[int, str]:
+    """Open MPI 5's (prterun's) messages about a rank that ended the job."""
+    notes: dict[int, str] = {}
+    for m in _EXIT_CODE.finditer(log):
+        notes[int(m.group(1))] = f"exited with code {m.group(2)}"
+    for m in _SIGNAL.finditer(log):
+        name = f" ({m.group(3)})" if m.group(3) else ""
+        notes[int(m.group(1))] = f"was killed by signal {m.group(2)}{name}"
+    return notes
+
+
+def lock_down(root: Path) -> None:
+    """Connection files, logs and everything else of a cluster: readable by its owner only."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o700)
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(dirpath, name), 0o600)
 
 
 def _is_here(host: str) -> bool:

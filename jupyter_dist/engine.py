@@ -6,6 +6,7 @@ importable and cheap to import: torch and friends are imported only by the hooks
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
@@ -89,6 +90,42 @@ def resolve_hook(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def _flush_before_dying() -> None:
+    """Output printed just before a crash must reach the notebook: flush each finished line at
+    once (not every 0.2 s), and flush before `os._exit`."""
+    if _state.get("flushing"):
+        return
+    _state["flushing"] = True
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "flush_interval"):
+            stream.flush_interval = 0.02
+        _flush_on_newline(stream)
+    real_exit = os._exit
+
+    def _exit(code: int) -> None:
+        with contextlib.suppress(Exception):
+            publish("exit", {"code": int(code)})
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # dying anyway
+                stream.flush()
+        real_exit(code)
+
+    os._exit = _exit
+
+
+def _flush_on_newline(stream: Any) -> None:
+    write = stream.write
+
+    def write_and_flush(text: str) -> int | None:
+        n = write(text)
+        if "\n" in text:
+            stream.flush()
+        return n
+
+    with contextlib.suppress(AttributeError, TypeError):
+        stream.write = write_and_flush
+
+
 def stack_file(stack_dir: str, rank: int) -> str:
     return os.path.join(stack_dir, f"stack-rank-{rank}.txt")
 
@@ -100,6 +137,7 @@ def assign_rank(rank: int, stack_dir: str) -> None:
 
     _state["rank"] = rank
     _watch_cells()
+    _flush_before_dying()
     path = stack_file(stack_dir, rank)
     os.makedirs(stack_dir, mode=0o700, exist_ok=True)
     old = _state.get("stack_fh")
@@ -109,6 +147,10 @@ def assign_rank(rank: int, stack_dir: str) -> None:
     os.chmod(path, 0o600)
     _state["stack_fh"] = fh
     faulthandler.register(signal.SIGUSR1, file=fh, all_threads=True)
+    crash = open(crash_file(stack_dir, rank), "w")  # noqa: SIM115 - kept open for faulthandler
+    os.chmod(crash.name, 0o600)
+    _state["crash_fh"] = crash
+    faulthandler.enable(file=crash, all_threads=True)  # SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL
 
 
 def _sync_torch_threads() -> None:
@@ -171,6 +213,19 @@ def _wanted_world(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, .
     )
 
 
+def crash_file(stack_dir: str, rank: int) -> str:
+    return os.path.join(stack_dir, f"crash-rank-{rank}.txt")
+
+
+def read_crash(stack_dir: str, rank: int) -> str:
+    """What faulthandler wrote when `rank` crashed (empty if it did not)."""
+    try:
+        with open(crash_file(stack_dir, rank)) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def read_stack(stack_dir: str, rank: int) -> str:
     """The last stack dump of `rank` (read in the notebook for ranks on this host)."""
     try:
@@ -180,12 +235,48 @@ def read_stack(stack_dir: str, rank: int) -> str:
         return ""
 
 
-def abort_collectives() -> None:
-    """Destroy this rank's torch process group so peers blocked in a collective with it error out."""
+def abort_collectives(protected_ports: tuple[int, ...] = ()) -> int:
+    """Release this rank's peers from a collective after it failed; returns sockets shut.
+
+    Neither destroying a gloo group nor aborting it closes its TCP pairs while a failed
+    collective's traceback still holds them, and a peer blocked in that collective waits
+    for its (30 minute) timeout. Shutting this rank's established TCP connections (all but
+    those to the ipyparallel controller, `protected_ports`) makes every peer's collective
+    fail at once with "connection closed by peer"; the group is replaced on the next
+    `init_process_group`.
+    """
     dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return 0
+    import gc
+
+    with contextlib.suppress(Exception):
         dist.destroy_process_group()
-        _state.pop("torch_world", None)
+    _state.pop("torch_world", None)
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
+    gc.collect()
+    return _shut_peer_sockets(set(protected_ports))
+
+
+def _shut_peer_sockets(protected: set[int]) -> int:
+    import psutil
+
+    shut = 0
+    for conn in psutil.Process().net_connections(kind="tcp"):
+        if conn.status != psutil.CONN_ESTABLISHED or not conn.raddr or conn.fd < 0:
+            continue
+        if conn.raddr.port in protected:
+            continue
+        with contextlib.suppress(OSError):
+            sock = socket.socket(fileno=os.dup(conn.fd))
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                shut += 1
+            finally:
+                sock.close()
+    return shut
 
 
 def fetch_user(name: str) -> tuple[str, Any]:

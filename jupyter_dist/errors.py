@@ -29,4 +29,8 @@ class RunTimeout(DistRunError):
 
 
 class OutputFetchError(DistRunError):
-    """`-o NAME` could not be brought back from some ranks."""
+    """`-o NAME` could not be brought back from some ranks; `values` holds the others'."""
+
+    def __init__(self, summary: str, values: dict[int, object] | None = None) -> None:
+        super().__init__(summary)
+        self.values = values or {}

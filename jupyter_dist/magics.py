@@ -64,6 +64,16 @@ class DistMagics(Magics):
 
         show_status(self.session.status())
 
+    def _dist_panel(self, rest: list[str]) -> None:
+        """`%dist panel`: the configuration panel, the same as `jupyter_dist.panel()`."""
+        from IPython.display import display
+
+        from .views.panel import panel
+
+        if rest:
+            raise UsageError(f"%dist panel takes no arguments, not {' '.join(rest)!r}.")
+        display(panel(self.session))
+
     def _spec_from(self, rest: list[str]) -> specmod.RunSpec:
         """`%dist doctor/bench` take the layout flags of `%%distrun`; none means the last run's."""
         if not rest and self.session.last is not None:
@@ -91,3 +101,15 @@ class DistMagics(Magics):
             raise UsageError("%dist restart: no cluster is running; %%distrun starts one.")
         self.session.cluster.restart()
         print(f"jupyter-dist: cluster restarted ({self.session.cluster.shape.world_size} engines)")
+
+    def _dist_export(self, rest: list[str]) -> None:
+        """`%dist export [--format torchrun|mpirun|sbatch|azureml] [FILE]`: the last run as a script and its launcher."""
+        from . import export
+
+        options = export.parse_options(rest)
+        last = self.session.last
+        if last is None:
+            raise UsageError("%dist export: there is no %%distrun run to export yet: run a cell with %%distrun first.")
+        exp = export.build(last.spec, last.code, options)
+        export.write(exp)
+        print(exp.summary(), flush=True)

@@ -1,41 +1,117 @@
-"""Where rank output goes: per-rank line assembly, log files, and the notebook sink.
+"""Where rank output goes: per-rank line assembly, log files, and the notebook sinks.
 
 Text arrives from the engines as growing strings per rank; `LineBuffer` cuts them into
-whole lines so that two ranks never interleave mid-line. Every line of every rank is
-written to that rank's log file whatever the view shows.
+whole lines so that two ranks never interleave mid-line. A carriage return (a tqdm bar)
+means "replace the current line": a whole line is handed on in its final state, and the
+unfinished tail of a stream is handed on as a *provisional* line, ending in "\\r", that the
+next line of the same stream replaces. Every whole line of every rank is written to that
+rank's log file whatever the view shows.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from .layout import RankPlace
+from .metrics import MetricsStore
+
+PROVISIONAL_MAX = 4000  # characters of an unfinished line shown live
+WIDGET_MIMES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
+
+
+def settle(line: str) -> str:
+    """The text a terminal would leave for a line with carriage returns: what follows the last one.
+
+    A relabel tag (`engine.RELABEL`) in front is kept; a trailing "\\r" (CRLF) is dropped first.
+    """
+    if "\r" not in line:
+        return line
+    from .engine import RELABEL
+
+    prefix = ""
+    if line.startswith(RELABEL):
+        tag, sep, rest = line[1:].partition(RELABEL)
+        if sep and tag.isdigit():
+            prefix, line = f"{RELABEL}{tag}{RELABEL}", rest
+    line = line.rstrip("\r")
+    return prefix + line[line.rfind("\r") + 1:]
+
+
+def is_provisional(line: str) -> bool:
+    return line.endswith("\r")
 
 
 class LineBuffer:
-    """Holds the unfinished tail of one stream; `feed` returns the finished lines."""
+    """One stream of one rank: finished lines, settled, and the unfinished tail as a provisional
+    line when it changed (see the module's docstring).
+
+    `update` takes the stream's whole text so far. ipyparallel collapses carriage returns in
+    the text it accumulates, so the unfinished line (rarely the one just finished) is rewritten
+    in place and the text does not only grow: it is re-read from the start of the current line
+    rather than sliced at the old length. `feed` takes appended text, for sources that only grow.
+    """
+
+    MARK = 64  # characters before the current line's start, to find it again after a rewrite
 
     def __init__(self) -> None:
         self._tail = ""
+        self._start = 0
+        self._mark = ""
+        self._shown: str | None = None  # the tail last handed on as provisional
+
+    def update(self, text: str) -> list[str]:
+        start = self._start
+        if start and (start > len(text) or text[start - len(self._mark):start] != self._mark):
+            start = self._resync(text, start)
+        end = text.rfind("\n", start)
+        out: list[str] = []
+        if end >= 0:
+            out = [settle(line) for line in text[start:end].split("\n")]
+            start = end + 1
+            self._mark = text[max(0, start - self.MARK):start]
+            self._shown = None
+        self._start = start
+        return out + self._provisional(text[start:])
+
+    def _resync(self, text: str, start: int) -> int:
+        found = text.rfind(self._mark, 0, start)
+        if found >= 0:
+            return found + len(self._mark)
+        return text.rfind("\n", 0, min(start, len(text))) + 1
 
     def feed(self, text: str) -> list[str]:
         if not text:
             return []
-        data = self._tail + text
-        lines = data.split("\n")
-        self._tail = lines.pop()
-        return lines
+        lines = (self._tail + text).split("\n")
+        tail = lines.pop()
+        out = [settle(line) for line in lines]
+        if lines:
+            self._shown = None
+        return out + self._provisional(tail)
+
+    def _provisional(self, tail: str) -> list[str]:
+        self._tail = tail
+        if not tail or tail == self._shown:
+            return []
+        self._shown = tail
+        return [settle(tail)[-PROVISIONAL_MAX:] + "\r"]
 
     def flush(self) -> list[str]:
-        tail, self._tail = self._tail, ""
-        return [tail] if tail else []
+        tail, self._tail, self._shown = self._tail, "", None
+        return [settle(tail)] if tail else []
 
 
 class OutputSink(Protocol):
-    """What the runner tells a view. Lines are whole; `rank` is the global rank."""
+    """What the runner tells a view. `rank` is the global rank.
+
+    Lines are whole, except a provisional line (ending in "\\r"): the current state of an
+    unfinished line, replaced by the next line of the same rank and stream.
+    """
 
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None: ...
     def lines(self, rank: int, stream: str, lines: list[str]) -> None: ...
@@ -67,26 +143,69 @@ def rank_label(place: RankPlace, nodes: int) -> str:
     return f"[rank {place.rank}|node {place.node}]" if nodes > 1 else f"[rank {place.rank}]"
 
 
-class TextSink:
-    """Plain labelled lines in the cell's output: `[rank 1|node 0] text`. Readable saved or live."""
+def shown_data(content: dict[str, Any]) -> dict[str, Any]:
+    """A rank's display bundle as the notebook can show it: widget views live on the rank, so
+    they go, and their text/plain stays."""
+    data = {k: v for k, v in (content.get("data") or {}).items() if k not in WIDGET_MIMES}
+    if not data:
+        data = {"text/plain": "(a widget on the rank: it cannot be shown in the notebook)"}
+    return data
 
-    def __init__(self) -> None:
+
+def filter_note(shown: tuple[int, ...] | None, world: int, logs: RankLogs | None) -> str | None:
+    """The one line that says whose output is hidden and where it is kept."""
+    if shown is None:
+        return None
+    visible = [r for r in shown if r < world]
+    if len(visible) == world:
+        return None
+    who = ", ".join(str(r) for r in visible) or "no rank"
+    where = logs.dir if logs is not None else "the ranks' log files"
+    return f"jupyter-dist: showing rank {who} of {world} (--ranks); every rank's output is in {where}/rank-N.log"
+
+
+class TextSink:
+    """Plain labelled lines in the cell's output: `[rank 1|node 0] text`. Readable saved or live.
+
+    Metrics the ranks send are gathered; at the end a static chart and a summary are shown
+    (`charts=False` leaves that to the caller, as `--scaling` does).
+    """
+
+    def __init__(self, charts: bool = True) -> None:
         self.labels: dict[int, str] = {}
         self.shown: tuple[int, ...] | None = None
+        self.logs: RankLogs | None = None
+        self.metrics = MetricsStore()
+        self.charts = charts
+        self.world = 0
 
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
         nodes = max((p.node for p in places), default=0) + 1
         self.labels = {p.rank: rank_label(p, nodes) for p in places}
         self.shown = shown
+        self.logs = logs
+        self.world = len(logs.paths) if logs is not None else len(places)
+        self.metrics = MetricsStore()
+        note = filter_note(shown, self.world, logs)
+        if note:
+            print(note, flush=True)
 
     def _visible(self, rank: int) -> bool:
         return self.shown is None or rank in self.shown
 
+    def label(self, rank: int) -> str:
+        return self.labels.get(rank, f"[rank {rank}]")
+
+    def _text_lines(self, rank: int, lines: list[str]) -> list[str]:
+        """The lines to show: metrics lines taken out, provisional ones dropped (text has no 'replace')."""
+        return [line for line in lines if not is_provisional(line) and not self.metrics.add_line(rank, line)]
+
     def lines(self, rank: int, stream: str, lines: list[str]) -> None:
-        if not self._visible(rank):
+        lines = self._text_lines(rank, lines)
+        if not lines or not self._visible(rank):
             return
         out = sys.stderr if stream == "stderr" else sys.stdout
-        label = self.labels.get(rank, f"[rank {rank}]")
+        label = self.label(rank)
         out.write("".join(f"{label} {line}\n" for line in lines))
         out.flush()
 
@@ -95,26 +214,31 @@ class TextSink:
             return
         from IPython.display import publish_display_data
 
-        print(f"{self.labels.get(rank, f'[rank {rank}]')} display:", flush=True)
-        publish_display_data(content.get("data", {}), content.get("metadata", {}))
+        print(f"{self.label(rank)} display:", flush=True)
+        publish_display_data(shown_data(content), content.get("metadata", {}))
 
     def result(self, rank: int, content: dict[str, Any]) -> None:
         if not self._visible(rank):
             return
         text = content.get("data", {}).get("text/plain", "")
-        label = self.labels.get(rank, f"[rank {rank}]")
-        print(f"{label} Out: {text}", flush=True)
+        print(f"{self.label(rank)} Out: {text}", flush=True)
 
     def collected(self, rank: int, item: dict[str, Any]) -> None:
-        """Data a rank sent (`engine.publish`: {"key", "data"}); plain text shows nothing of it."""
+        """Data a rank sent (`engine.publish`: {"key", "data"}); metrics are kept for the chart."""
+        if item.get("key") == "metrics" and isinstance(item.get("data"), dict):
+            self.metrics.add(rank, item["data"])
 
     def finish(self) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
+        if self.charts and not self.metrics.empty:
+            from .views.charts import show_metrics
+
+            show_metrics(self.metrics)
 
 
 class RankLogs:
-    """Per-rank log files of one run, readable by their owner only."""
+    """Per-rank log files of one run, readable by their owner only. Whole lines only, settled."""
 
     def __init__(self, root: Path, world_size: int) -> None:
         self.dir = root
@@ -128,10 +252,15 @@ class RankLogs:
         self.counts = dict.fromkeys(self.paths, 0)
 
     def write(self, rank: int, stream: str, lines: list[str]) -> None:
+        from .metrics import LINE_PREFIX
+
+        kept = [line for line in lines if not is_provisional(line) and not line.startswith(LINE_PREFIX)]
+        if not kept:
+            return
         f = self._files[rank]
         prefix = "" if stream == "stdout" else "[stderr] "
-        f.write("".join(f"{prefix}{line}\n" for line in lines))
-        self.counts[rank] += len(lines)
+        f.write("".join(f"{prefix}{line}\n" for line in kept))
+        self.counts[rank] += len(kept)
 
     def close(self) -> None:
         for f in self._files.values():
@@ -139,72 +268,131 @@ class RankLogs:
 
 
 class LiveTextSink(TextSink):
-    """In a kernel: a live widget (arrival order) while the run goes; at the end the widget
-    closes and the output is printed once, grouped by rank, so a saved notebook reads the
-    same every time."""
+    """In a kernel: a live widget while the run goes (all ranks in arrival order, a tab per rank,
+    the throughput chart), refreshed by a timer thread; at the end the widget closes and the
+    output is printed once, grouped by rank, then the static chart and summary, so a saved
+    notebook reads the same every time."""
 
     UPDATE_S = 0.25
-    VIEW_LINES_PER_RANK = 2000
+    KEEP_LINES_PER_RANK = 1000  # what the saved notebook keeps per rank (the log keeps all)
+    LIVE_LINES = 200  # what a live tab shows
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.by_rank: dict[int, list[str]] = {}
-        self.held: dict[int, int] = {}
-        self.arrival: list[str] = []
-        self.area: Any = None
-        self.last = 0.0
-        self.logs: RankLogs | None = None
+    def __init__(self, charts: bool = True) -> None:
+        super().__init__(charts)
+        from .views.ranks import OutputModel
+
+        self.model = OutputModel(self.KEEP_LINES_PER_RANK)
+        self.view: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = time.monotonic()
+        self._chart_at = 0.0
+        self._chart_cost = 0.0
+        self._chart_version = -1
 
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
-        from .views.live import LiveArea
+        from .views.live import RunView
+        from .views.ranks import OutputModel
 
         super().start(places, shown, logs)
-        self.logs = logs
-        self.by_rank = {p.rank: [] for p in places}
-        self.held = dict.fromkeys(self.by_rank, 0)
-        self.area = LiveArea("jupyter-dist: live output of the ranks")
+        self.model = OutputModel(self.KEEP_LINES_PER_RANK, self.labels)
+        visible = [p.rank for p in places if self._visible(p.rank)]
+        for r in visible:
+            self.model.rank(r)
+        self.view = RunView(visible, "jupyter-dist: live output of the ranks")
+        self._t0 = time.monotonic()
+        if self.view.active:
+            self._thread = threading.Thread(target=self._tick, name="jupyter-dist-view", daemon=True)
+            self._thread.start()
 
     def lines(self, rank: int, stream: str, lines: list[str]) -> None:
+        lines = [line for line in lines if not self.metrics.add_line(rank, line)]
+        if not lines or not self._visible(rank):
+            return
+        with self._lock:
+            for line in lines:
+                self.model.line(rank, stream, line)
+
+    def display(self, rank: int, content: dict[str, Any]) -> None:
         if not self._visible(rank):
             return
-        label = self.labels.get(rank, f"[rank {rank}]")
-        mark = " !" if stream == "stderr" else ""
-        rendered = [f"{label}{mark} {line}" for line in lines]
-        kept = self.by_rank.setdefault(rank, [])
-        kept.extend(rendered)
-        if len(kept) > self.VIEW_LINES_PER_RANK:
-            drop = len(kept) - self.VIEW_LINES_PER_RANK
-            del kept[:drop]
-            self.held[rank] = self.held.get(rank, 0) + drop
-        self.arrival.extend(rendered)
-        if len(self.arrival) > self.VIEW_LINES_PER_RANK:
-            del self.arrival[: len(self.arrival) - self.VIEW_LINES_PER_RANK]
-        self._refresh()
+        with self._lock:
+            self.model.display(rank, {"data": shown_data(content), "metadata": content.get("metadata", {})})
 
-    def transcript(self) -> str:
-        parts = []
-        for rank in sorted(self.by_rank):
-            if self.held.get(rank):
-                path = self.logs.paths[rank] if self.logs else "the rank's log file"
-                parts.append(f"{self.labels.get(rank, rank)} ... {self.held[rank]} earlier lines held back; all are in {path}")
-            parts.extend(self.by_rank[rank])
-        return "\n".join(parts)
+    def collected(self, rank: int, item: dict[str, Any]) -> None:
+        with self._lock:
+            super().collected(rank, item)
 
-    def _refresh(self) -> None:
-        import time
+    def _tick(self) -> None:
+        while not self._stop.wait(self.UPDATE_S):
+            try:
+                with self._lock:
+                    self.refresh()
+            except Exception:  # noqa: BLE001 - a view glitch must never stop the run
+                pass
 
-        now = time.monotonic()
-        if self.area is None or now - self.last < self.UPDATE_S:
+    def refresh(self) -> None:
+        """Push what changed to the widget (called by the timer thread under the lock)."""
+        from .views.ranks import ALL, render_html
+
+        view = self.view
+        if view is None or not view.active:
             return
-        self.last = now
-        self.area.set_text("\n".join(self.arrival))
+        elapsed = time.monotonic() - self._t0
+        view.set_status(f"running for {elapsed:.0f} s; {len(self.model.tails) - 1} rank(s) shown")
+        for key in self.model.take_dirty():
+            tail = self.model.tails.get(key)
+            if tail is not None:
+                view.set_html(key, render_html(tail, self.LIVE_LINES, self.model, labelled=key == ALL))
+        if self.metrics.version != self._chart_version and not self.metrics.empty:
+            now = time.monotonic()
+            if now - self._chart_at >= max(1.0, 20 * self._chart_cost):
+                from .views.charts import metrics_png
+
+                png = metrics_png(self.metrics, dpi=72)
+                self._chart_cost = time.monotonic() - now
+                self._chart_at = time.monotonic()
+                self._chart_version = self.metrics.version
+                if png:
+                    view.set_chart(png)
 
     def finish(self) -> None:
-        if self.area is not None:
-            self.area.close()
-        text = self.transcript()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        with self._lock:
+            if self.view is not None:
+                self.view.close()
+            self.model.settle()
+            self.print_transcript()
+        super().finish()
+
+    def transcript(self) -> str:
+        """The static transcript as text (displays shown by their text/plain)."""
+        from .views.ranks import transcript_parts
+
+        return "\n".join(p if isinstance(p, str) else f"{p[0]} display: {p[1]['data'].get('text/plain', '')}"
+                         for p in transcript_parts(self.model, self.logs))
+
+    def print_transcript(self) -> None:
+        from IPython.display import publish_display_data
+
+        from .views.ranks import transcript_parts
+
+        text: list[str] = []
+        for part in transcript_parts(self.model, self.logs):
+            if isinstance(part, str):
+                text.append(part)
+                continue
+            label, content = part
+            text.append(f"{label} display:")
+            sys.stdout.write("\n".join(text) + "\n")
+            sys.stdout.flush()
+            text = []
+            publish_display_data(content["data"], content.get("metadata") or {})
         if text:
-            sys.stdout.write(text + "\n")
+            sys.stdout.write("\n".join(text) + "\n")
             sys.stdout.flush()
 
 

@@ -25,6 +25,7 @@ from .output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
 POLL_S = 0.01
 FAIL_GRACE_S = float(os.environ.get("JUPYTER_DIST_FAIL_GRACE", "3"))
 INTERRUPT_GRACE_S = float(os.environ.get("JUPYTER_DIST_INTERRUPT_GRACE", "5"))
+DEATH_NOTE_WAIT_S = 10.0
 STREAMS = ("stdout", "stderr")
 
 
@@ -51,6 +52,7 @@ class RankState:
     done: bool = False
     error: Any = None
     finished_at: float | None = None
+    exit_code: int | None = None  # the code a rank gave os._exit, if it did
 
 
 @dataclass
@@ -88,7 +90,8 @@ class Runner:
         sink = sink or self.sink_factory()
         states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id) for r in ex.ranks}
         logs = RankLogs(STATE_DIR / "logs" / time.strftime("%Y%m%d-%H%M%S-") / uuid.uuid4().hex[:6], ex.layout.world_size)
-        sink.start([s.place for s in states.values()], ex.shown, logs)
+        # every rank of the layout: a node leader may print lines of ranks it launched (torchrun)
+        sink.start(ex.layout.places(), ex.shown, logs)
         t0 = time.monotonic()
         cluster.set_busy(True)
         ar = client[[s.engine_id for s in states.values()]].execute(ex.code, silent=False, block=False)
@@ -131,9 +134,10 @@ class Runner:
                         exc = child_error(child)
                         if exc is not None:
                             st.error = exc
-                            if first_fail is None:
-                                first_fail = now
-                                self._abort_groups([st])
+                            first_fail = first_fail or now
+                            # its peers in a collective error out once its group is gone, and
+                            # so on around the ring: each failed rank releases the next
+                            self._abort_groups([st])
                 if ready:
                     return
                 if first_fail is not None:
@@ -147,12 +151,16 @@ class Runner:
                 if deadline is not None and now > deadline:
                     pending = [st for _, st in by_child if not st.done]
                     stacks = self.stacks(pending)
+                    # a rank waiting in a collective that another rank skipped is released
+                    # when the finished ranks' groups go away
+                    self._abort_groups([st for _, st in by_child if st.done])
                     self.interrupt(pending)
                     self._wait_stopped(ar, by_child, sink, logs)
                     raise self._timeout(ex, pending, stacks)
         except KeyboardInterrupt:
             pending = [st for _, st in by_child if not st.done]
             self.interrupt(pending)
+            self._abort_groups([st for _, st in by_child if st.done])
             self._wait_stopped(ar, by_child, sink, logs)
             raise
 
@@ -173,20 +181,23 @@ class Runner:
     def _drain(self, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs, final: bool = False) -> None:
         for child, st in by_child:
             md = child.output.metadata
-            for stream in STREAMS:
-                text = md.get(stream) or ""
-                new = text[st.offsets[stream]:]
-                if new:
-                    st.offsets[stream] = len(text)
-                    self._emit(st.place.rank, stream, st.buffers[stream].feed(new), sink, logs)
-                if final:
-                    self._emit(st.place.rank, stream, st.buffers[stream].flush(), sink, logs)
+            # count displays before reading the text: ipyparallel's thread appends a display after
+            # the text sent before it, so every display counted here has that text already in md
             outputs = md.get("outputs") or []
-            while st.displays < len(outputs):
+            n_out = len(outputs)
+            for stream in STREAMS:
+                # whole text each time: ipyparallel rewrites it in place on "\r" (LineBuffer.update)
+                lines = st.buffers[stream].update(md.get(stream) or "")
+                if final:
+                    lines += st.buffers[stream].flush()
+                self._emit(st.place.rank, stream, lines, sink, logs)
+            while st.displays < n_out:
                 content = outputs[st.displays]
                 st.displays += 1
                 item = content.get("data", {}).get(engine_side.DATA_MIME)
-                if item is not None:
+                if item is not None and item.get("key") == "exit":
+                    st.exit_code = item["data"]["code"]
+                elif item is not None:
                     sink.collected(st.place.rank, item)
                 else:
                     sink.display(st.place.rank, content)
@@ -214,7 +225,9 @@ class Runner:
         """Tear down the failed ranks' process groups so their peers' collectives error out."""
         ids = [st.engine_id for st in failed]
         with contextlib.suppress(Exception):
-            self.cluster.client[ids].apply_async(engine_side.abort_collectives)
+            self.cluster.client[ids].apply_async(engine_side.abort_collectives, self.cluster.controller_ports())
+        # the old group's store may still hold the master port: the next group gets a fresh one
+        self.cluster.rotate_master_port()
 
     def stacks(self, states: list[RankState]) -> dict[int, str]:
         """Each rank's Python stack, dumped by the engine's SIGUSR1 handler."""
@@ -249,24 +262,65 @@ class Runner:
             else:
                 problems.append(f"rank {r}'s {name!r} cannot be sent back ({value})")
         if problems:
-            err = OutputFetchError(f"-o {name}: " + "; ".join(problems) + ".")
-            err.values = values  # type: ignore[attr-defined]
-            raise err
+            raise OutputFetchError(f"-o {name}: " + "; ".join(problems) + ".", values)
         return values
 
     def _failure(self, failed: list[RankState], states: dict[int, RankState], ex: Execution) -> RankFailure:
+        deaths = self._death_notes(failed)
         first = failed[0]
+        died_first = [st for st in failed if st.place.rank in deaths]
+        if died_first and is_engine_death(first.error):
+            first = died_first[0]
         lines: list[str] = []
-        for st in failed:
+        order = [first] + [st for st in failed if st is not first]
+        for st in order:
             where = f"rank {st.place.rank} (node {st.place.node}, local rank {st.place.local_rank})"
-            lines.append(f"--- {where}{' failed first' if st is first else ''}:")
-            lines.extend(render_error(st.error))
+            if st is first:
+                lines.append(f"--- {where} failed first:")
+                if is_engine_death(st.error):
+                    lines.append(f"its engine process {deaths.get(st.place.rank, 'ended with no exit code')}")
+                else:
+                    lines.extend(render_error(st.error))
+            elif is_engine_death(st.error):
+                lines.append(f"--- {where}: its engine was stopped too (mpiexec ends the whole job when one rank dies)")
+            else:
+                lines.append(f"--- {where} failed after it (was it waiting for rank {first.place.rank}?):")
+                lines.extend(render_error(st.error)[-8:])
         others = [s for s in states.values() if s.error is None]
         if others:
-            lines.append("--- the other ranks: " + ", ".join(f"rank {s.place.rank} finished" for s in others))
-        names = ", ".join(str(s.place.rank) for s in failed)
-        summary = f"rank {first.place.rank} failed first ({error_name(first.error)}); failed ranks: {names}"
-        return RankFailure(summary, lines, [s.place.rank for s in failed])
+            lines.append("--- finished normally: rank " + ", ".join(str(s.place.rank) for s in others))
+        if any(is_engine_death(st.error) for st in failed):
+            lines.append("--- the next run restarts the cluster; variables on the ranks are lost")
+        dead_first = is_engine_death(first.error)
+        cause = deaths.get(first.place.rank) or (
+            "its engine process ended with no exit code: a signal such as SIGKILL, or the OOM killer"
+            if dead_first else error_name(first.error)
+        )
+        verb = "died" if dead_first else "failed first"
+        summary = f"rank {first.place.rank} {verb} ({cause}); failed ranks: " + ", ".join(str(s.place.rank) for s in order)
+        return RankFailure(summary, lines, [s.place.rank for s in order])
+
+    def _death_notes(self, failed: list[RankState]) -> dict[int, str]:
+        """mpiexec reports a dead rank's exit code or signal a moment after the engine is gone."""
+        dead = [st for st in failed if is_engine_death(st.error)]
+        if not dead:
+            return {}
+        notes = {st.place.rank: f"exited with code {st.exit_code}" for st in dead if st.exit_code is not None}
+        stack_dir = self.cluster.stack_dir if self.cluster.running else None
+        for st in dead:
+            crash = engine_side.read_crash(stack_dir, st.place.rank) if stack_dir else ""
+            if crash and st.place.rank not in notes:
+                first = crash.strip().splitlines()[0]
+                notes[st.place.rank] = f"crashed: {first.removeprefix('Fatal Python error: ')}"
+        if notes:
+            return notes
+        end = time.monotonic() + DEATH_NOTE_WAIT_S
+        while True:
+            launcher_done = not self.cluster.launcher_running()
+            notes = self.cluster.death_notes()
+            if notes or launcher_done or time.monotonic() > end:
+                return notes or (self.cluster.death_notes() if launcher_done else notes)
+            time.sleep(0.1)
 
     def _timeout(self, ex: Execution, pending: list[RankState], stacks: dict[int, str]) -> RunTimeout:
         lines = []
@@ -291,6 +345,10 @@ def s_result(by_child: list[tuple[Any, RankState]], st: RankState) -> dict[str, 
         if s is st:
             return child.output.metadata.get("execute_result")
     return None
+
+
+def is_engine_death(err: Any) -> bool:
+    return getattr(err, "ename", None) == "EngineError" or type(err).__name__ == "EngineError"
 
 
 def error_name(err: Any) -> str:

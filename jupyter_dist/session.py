@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -19,6 +19,7 @@ from . import fabric, frameworks
 from .cluster import ClusterShape, EngineCluster, find_mpiexec
 from .defaults import STORE, DefaultsStore
 from .envs import rank_environments
+from .errors import OutputFetchError
 from .frameworks import Framework, RunContext
 from .layout import Layout, build_layout, port_in_use
 from .output import OutputSink, default_sink
@@ -52,6 +53,7 @@ class DistSession:
     cluster: EngineCluster = field(default_factory=EngineCluster)
     sink_factory: Callable[[], OutputSink] = default_sink
     last: LastRun | None = None
+    last_outcome: RunOutcome | None = None
     _local_node: Any = None
     _said: set[str] = field(default_factory=set)  # one-line notes already shown this session
 
@@ -118,9 +120,12 @@ class DistSession:
         hooks = p.framework.engine_hooks
         if p.backend == "nccl":
             hooks = ("jupyter_dist.engine:cuda_set_device", *hooks)
-        self.runner.setup(p.envs, hooks, os.getcwd())
+        # metrics: end-of-cell flush and torch step counting on every rank (see metrics.install)
+        self.runner.setup(p.envs, (*hooks, "jupyter_dist.metrics:install"), os.getcwd())
 
     def run(self, spec: RunSpec, code: str | None, shell: Any = None) -> RunOutcome:
+        if spec.scaling:
+            return self.run_scaling(spec, code, shell)
         p = self.prepare(spec, code, shell)
         self.store.update(**remembered(spec))
         self.last = LastRun(spec, code)
@@ -136,9 +141,65 @@ class DistSession:
             shown=spec.ranks,
             out=spec.out,
         )
-        outcome = self.runner.execute(ex)
+        try:
+            outcome = self.runner.execute(ex)
+        except OutputFetchError as e:
+            if shell is not None:  # the ranks that could send their value still do
+                shell.user_ns[spec.out] = [e.values.get(r) for r in range(p.layout.world_size)]
+            raise
+        self.last_outcome = outcome
         if spec.out and shell is not None:
             shell.user_ns[spec.out] = [outcome.values.get(r) for r in range(p.layout.world_size)]
+        return outcome
+
+    # -- --scaling --------------------------------------------------------------------
+
+    def run_scaling(self, spec: RunSpec, code: str | None, shell: Any = None) -> RunOutcome:
+        """Run the cell once per world size in `spec.scaling`, then chart throughput against ideal
+        linear scaling. Each size keeps the procs per node where it divides it, else 1 node x size.
+        Every size is checked before the first one starts."""
+        from .metrics import ScalingPoint, scaling_result, scaling_shape
+        from .views.charts import show_scaling
+
+        plans = []
+        for size in spec.scaling:
+            nodes, procs = scaling_shape(size, spec.procs_per_node)
+            if spec.hosts and nodes > len(spec.hosts):
+                raise UsageError(f"--scaling {size} needs {nodes} hosts; --hosts names {len(spec.hosts)}.")
+            sub = replace(spec, nodes=nodes, procs_per_node=procs, scaling=(),
+                          hosts=spec.hosts[:nodes] if spec.hosts else ())
+            plans.append(self.prepare(sub, code, shell))
+        self.store.update(**remembered(spec))
+        self.last = LastRun(spec, code)
+        runs: list[tuple[ScalingPoint, Any]] = []
+        outcome: RunOutcome | None = None
+        try:
+            for p in plans:
+                sub = p.spec
+                say(f"--scaling: world size {sub.world_size} ({sub.nodes} node(s) x {sub.procs_per_node})")
+                self.bring_up(p)
+                assert p.layout is not None
+                ctx = RunContext(sub, p.layout, p.backend, inherited=self.cluster.inherited_env)
+                source = code if code is not None else script_code(sub)
+                ex = Execution(code=p.framework.cell_code(ctx, source), ranks=p.framework.cell_ranks(ctx),
+                               layout=p.layout, timeout=sub.timeout, shown=sub.ranks, out=sub.out,
+                               label=f"world size {sub.world_size}")
+                sink = self.sink_factory()
+                if hasattr(sink, "charts"):
+                    sink.charts = False  # type: ignore[attr-defined]
+                outcome = self.runner.execute(ex, sink)
+                store = getattr(sink, "metrics", None)
+                point = ScalingPoint(sub.world_size, sub.nodes, sub.procs_per_node, 0.0, outcome.elapsed)
+                runs.append((point, store))
+                rate = store.total_rate() if store is not None and not store.empty else None
+                what = f"{rate:,.1f} {store.unit}/s summed over ranks, " if rate else ""
+                say(f"world size {sub.world_size}: {what}{outcome.elapsed:.1f} s")
+        finally:
+            if len(runs) > 1:
+                show_scaling(scaling_result(runs))
+        assert outcome is not None
+        if spec.out and shell is not None:
+            shell.user_ns[spec.out] = [outcome.values.get(r) for r in range(plans[-1].spec.world_size)]
         return outcome
 
     # -- %dist ------------------------------------------------------------------------

@@ -18,7 +18,7 @@ case "${1:-build}" in
     ;;
   jest)
     [ -d node_modules ] || jlpm install
-    jlpm jest --ci
+    jlpm test
     ;;
   ui)
     [ -f ../jupyter_dist/labextension/package.json ] || "$0" build

@@ -20,7 +20,9 @@ def shell():
     import jupyter_dist
     from jupyter_dist.defaults import STORE
 
-    ip = start_ipython()
+    from IPython import get_ipython
+
+    ip = start_ipython() or get_ipython()  # start_ipython returns None once it has run
     STORE.reset()
     jupyter_dist._session = None
     jupyter_dist.load_ipython_extension(ip)

@@ -11,6 +11,8 @@ class Mpi(Framework):
     title = "MPI"
     module = "mpi4py"
     extra = None
+    # Lightning code written for Azure ML MPI jobs: node from the run's layout, not the host name
+    engine_hooks = ("jupyter_dist.frameworks.lightning:patch_lightning",)
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         return {**mpi_rank_env(ctx, rank), **omp_threads(ctx)}

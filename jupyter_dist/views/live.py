@@ -50,3 +50,79 @@ class LiveArea:
         if self.widget is not None:
             self.widget.close()
             self.widget = None
+
+
+class RunView:
+    """The live view of one run: a status line, a tab for all ranks and one per rank, and the
+    throughput chart (hidden until metrics arrive). Tabs switch in the browser, so they work
+    while the kernel is busy with the run; the kernel only pushes the tabs that changed.
+
+    One display message, whatever the cell does, so the saved notebook has the same outputs
+    every time. A no-op outside a kernel.
+    """
+
+    MAX_TABS = 64
+
+    def __init__(self, ranks: list[int], placeholder: str = "jupyter-dist: live output") -> None:
+        from .ranks import ALL
+
+        self.box: Any = None
+        self.html: dict[int, Any] = {}
+        self.chart: Any = None
+        self.status: Any = None
+        if not in_kernel():
+            return
+        try:
+            import ipywidgets as widgets
+            from IPython.display import display
+        except ImportError:
+            return
+        keys = [ALL, *ranks[: self.MAX_TABS]] if len(ranks) > 1 else list(ranks[:1]) or [ALL]
+        self.html = {k: widgets.HTML(value="") for k in keys}
+        if len(ranks) <= 1:
+            body: Any = self.html[keys[0]]
+            if ranks:
+                self.html[ALL] = body  # the one rank's view is also "all"
+        else:
+            body = widgets.Tab(children=[self.html[k] for k in keys])
+            titles = ["all ranks"] + [f"rank {r}" for r in keys[1:]]
+            body.titles = tuple(titles)
+        self.status = widgets.HTML(value="<span style='opacity:.7'>jupyter-dist: starting the run</span>")
+        self.chart = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="100%"))
+        self.box = widgets.VBox([self.status, body, self.chart])
+        self._widgets = [self.box, body, self.status, self.chart, *self.html.values()]
+        bundle = {
+            "application/vnd.jupyter.widget-view+json": {
+                "version_major": 2, "version_minor": 0, "model_id": self.box.model_id,
+            },
+            "text/plain": placeholder,
+        }
+        display(bundle, raw=True)
+
+    @property
+    def active(self) -> bool:
+        return self.box is not None
+
+    def set_html(self, key: int, value: str) -> None:
+        w = self.html.get(key)
+        if w is not None and w.value != value:
+            w.value = value
+
+    def set_status(self, text: str) -> None:
+        if self.status is not None:
+            self.status.value = f"<span style='opacity:.7'>jupyter-dist: {html.escape(text)}</span>"
+
+    def set_chart(self, png: bytes) -> None:
+        if self.chart is not None:
+            self.chart.value = png
+            self.chart.layout.display = None
+
+    def close(self) -> None:
+        if self.box is None:
+            return
+        seen: set[int] = set()
+        for w in self._widgets:
+            if id(w) not in seen:
+                seen.add(id(w))
+                w.close()
+        self.box = None

@@ -13,11 +13,18 @@ import { SidebarModel } from './model';
 import { Request } from './protocol';
 
 const GONE: ReadonlySet<Kernel.Status> = new Set(['restarting', 'autorestarting', 'dead', 'terminating']);
+const COMING: ReadonlySet<Kernel.Status> = new Set(['starting', 'unknown']);
+
+/**
+ * Where a restart is: `gone` after restarting/dead (the old kernel may still report a last
+ * busy/idle), `coming` once the new one starts; its first `idle` relinks.
+ */
+type Restart = 'none' | 'gone' | 'coming';
 
 export class NotebookFollower implements IDisposable {
   private _context: ISessionContext | null = null;
   private _link: KernelLink | null = null;
-  private _restarting = false;
+  private _restart: Restart = 'none';
   private _disposed = false;
 
   constructor(
@@ -61,7 +68,6 @@ export class NotebookFollower implements IDisposable {
       this._context.statusChanged.disconnect(this._onStatus, this);
     }
     this._context = context;
-    this._restarting = false;
     if (context) {
       context.kernelChanged.connect(this._relink, this);
       context.statusChanged.connect(this._onStatus, this);
@@ -70,6 +76,7 @@ export class NotebookFollower implements IDisposable {
   }
 
   private _relink(): void {
+    this._restart = 'none';
     this._link?.dispose();
     this._link = null;
     const kernel = this._disposed ? null : (this._context?.session?.kernel ?? null);
@@ -83,14 +90,15 @@ export class NotebookFollower implements IDisposable {
 
   private _onStatus(_context: ISessionContext, status: Kernel.Status): void {
     if (GONE.has(status)) {
-      if (!this._restarting) {
-        this._restarting = true;
+      if (this._restart === 'none') {
         this._link?.dispose();
         this._link = null;
         this._model.kernelGone();
       }
-    } else if (this._restarting && status === 'idle') {
-      this._restarting = false;
+      this._restart = 'gone';
+    } else if (this._restart === 'gone' && COMING.has(status)) {
+      this._restart = 'coming';
+    } else if (this._restart === 'coming' && status === 'idle') {
       this._relink();
     }
   }

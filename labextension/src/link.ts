@@ -15,7 +15,7 @@ import { SidebarModel } from './model';
 import { Request, TARGET_NAME, hello } from './protocol';
 
 export const WELCOME_TIMEOUT_MS = 2000;
-const SUBSHELL_TIMEOUT_MS = 2000;
+const SUBSHELL_TIMEOUT_MS = 5000;
 
 /** What `CommHandler` offers beyond `Kernel.IComm` in @jupyterlab/services 7.6. */
 interface SubshellComm {
@@ -87,8 +87,6 @@ export class KernelLink implements IDisposable {
       }
     };
     const subshell = (comm as SubshellComm).subshellStarted;
-    console.log(`jupyter-dist: DEBUG open gen=${generation} status=${this._kernel.status} conn=${this._kernel.connectionStatus} supports=${this._kernel.supportsSubshells} t=${Date.now()}`);
-    subshell?.then(() => console.log(`jupyter-dist: DEBUG subshell ok gen=${generation} id=${(comm as SubshellComm).subshellId} t=${Date.now()}`), (e: unknown) => console.log(`jupyter-dist: DEBUG subshell rejected gen=${generation} ${e} t=${Date.now()}`));
     if (
       subshell &&
       this._kernel.supportsSubshells &&

@@ -93,7 +93,7 @@ export class DistSidebar extends Widget {
       nodes: numberInput('nodes', '1', 1),
       procs_per_node: numberInput('procs_per_node', 'auto (GPUs, else 2)', 1),
       backend: select('backend', BACKENDS),
-      launcher: select('launcher', LAUNCHERS, 'auto (mpi if found, else local)'),
+      launcher: select('launcher', LAUNCHERS, 'auto'),
       hosts: Object.assign(el('input', 'jp-dist-input'), {
         type: 'text',
         name: 'hosts',
@@ -113,10 +113,21 @@ export class DistSidebar extends Widget {
       timeout: 'Timeout'
     };
 
+    const hints: Record<keyof RunDefaults, string> = {
+      framework: '-f / --framework',
+      nodes: '-N / --nodes',
+      procs_per_node: '-n / --procs-per-node; empty: GPUs per node, else 2',
+      backend: '--backend; auto: nccl with enough CUDA GPUs, else gloo',
+      launcher: '--launcher; auto: mpi when mpiexec is found, else local',
+      hosts: '--hosts: comma-separated host names or IP addresses, one per node',
+      ib: '--ib: InfiniBand',
+      timeout: '--timeout: seconds before the run is declared hung; empty: none'
+    };
     const header = el('h2', 'jp-dist-title', 'Distributed run');
     const form = el('div', 'jp-dist-form');
     for (const key of Object.keys(this._fields) as (keyof RunDefaults)[]) {
       const field = this._fields[key];
+      field.title = hints[key];
       const label = el('label', 'jp-dist-label');
       label.appendChild(el('span', 'jp-dist-label-text', labels[key]));
       label.appendChild(field);

@@ -1,0 +1,61 @@
+"""Patch a module when it is imported: engine hooks run before the cell imports the framework.
+
+`when_imported("lightning.pytorch.trainer.trainer", fn)` calls `fn(module)` now if the module is
+loaded, else right after its first import. Importing heavy frameworks at set-up is avoided.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+Patch = Callable[[ModuleType], None]
+_waiting: dict[str, list[Patch]] = {}
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Wraps the loader of a watched module so the patches run after it executes."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name not in _waiting:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader)
+                return spec
+        return None
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.inner.exec_module(module)
+        for patch in _waiting.pop(module.__name__, []):
+            patch(module)
+
+
+_FINDER = _Finder()
+
+
+def when_imported(name: str, patch: Patch) -> None:
+    module = sys.modules.get(name)
+    if module is not None:
+        patch(module)
+        return
+    pending = _waiting.setdefault(name, [])
+    if patch not in pending:
+        pending.append(patch)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)

@@ -1,0 +1,224 @@
+"""Engine side of `-f torchrun`, and (run as `-m`) the wrapper every torchrun worker starts in.
+
+On a node-leader engine, `run(plan, cell)` writes the cell to a script, starts torchrun as a
+subprocess in its own session, and prints each line it echoes as the line of the worker's
+global rank (`engine.relabel`). A failing worker's error comes from torchrun's error file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import IO, Any
+
+from jupyter_dist import engine
+
+PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$", re.S)
+# What Open MPI's launcher gave the engine: a torchrun worker is not an MPI process, and
+# mpi4py imported in one must start as a singleton, not as the engine's rank.
+MPI_LAUNCH_VARS = ("PMIX_", "PRTE_", "OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS",
+                   "OMPI_APP_CTX", "OMPI_NUM_APP_CTX", "OMPI_FILE_LOCATION", "OMPI_ARGV", "OMPI_COMMAND",
+                   "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_orte", "OMPI_MCA_prte", "OMPI_MCA_initial_wdir")
+# torchrun's log lines about copying error files to the agent's (it has none: that is fine)
+NOISE = re.compile(r"no error file defined for parent")
+STOP_GRACE_S = 5.0
+_last_dir: dict[str, str] = {}
+
+
+class TorchrunWorkerError(RuntimeError):
+    """A torchrun worker failed; the message names its global rank."""
+
+
+def worker_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    out = {k: v for k, v in env.items() if not k.startswith(MPI_LAUNCH_VARS)}
+    out["PYTHONUNBUFFERED"] = "1"  # worker output goes to files that torchrun tails
+    return out
+
+
+def run(plan: dict[str, Any], cell: str | None) -> None:
+    """Launch this node's torchrun over `cell` (or `plan["script"]`) and wait for it."""
+    from .torchrun import torchrun_command
+
+    node = int(os.environ["NODE_RANK"])
+    procs = int(plan["nproc_per_node"])
+    # A process group of an earlier run in this engine may hold the master port.
+    engine.abort_collectives()
+    work = _fresh_dir()
+    script = plan["script"]
+    if script is None:
+        script = os.path.join(work, "distrun_cell.py")
+        with open(script, "w") as f:
+            f.write(cell or "")
+    log_dir = os.path.join(work, "logs")
+    cmd = torchrun_command(plan, node, script, python=sys.executable, log_dir=log_dir)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=worker_env(os.environ),
+                            start_new_session=True)
+    echo = Echo(node * procs)
+    try:
+        _stream(proc, echo)
+        code = proc.wait()
+    except BaseException:
+        _stop(proc)
+        raise
+    if code != 0:
+        message, found = failure_message(log_dir, echo.agent_lines, node, procs, code)
+        if not found:
+            echo.release()  # no error file: torchrun's own report is the best account
+        raise TorchrunWorkerError(message) from None
+
+
+def _fresh_dir() -> str:
+    """A new directory for this run's script and logs; the previous run's is removed."""
+    old = _last_dir.pop("path", None)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+    path = tempfile.mkdtemp(prefix="jupyter-dist-torchrun-")
+    _last_dir["path"] = path
+    return path
+
+
+class Echo:
+    """Prints torchrun's lines as they come; `[defaultL]:` lines belong to worker L.
+
+    torchrun's own failure report (a traceback of the agent and a summary of what the error
+    files say) is held back: the worker's error is shown from its error file instead.
+    """
+
+    def __init__(self, first_rank: int) -> None:
+        self.first_rank = first_rank
+        self.agent_lines: list[str] = []
+        self.held: list[tuple[IO[str], str]] = []
+
+    def line(self, line: str, sink: IO[str]) -> None:
+        m = PREFIX.match(line)
+        if m:
+            sink.write(engine.relabel(self.first_rank + int(m.group(1)), m.group(2)) + "\n")
+        else:
+            self.agent_lines.append(line)
+            if self.held or line.startswith("Traceback (most recent call last)") or NOISE.search(line):
+                self.held.append((sink, line))
+                return
+            sink.write(line + "\n")
+        sink.flush()
+
+    def release(self) -> None:
+        for sink, line in self.held:
+            sink.write(line + "\n")
+            sink.flush()
+        self.held = []
+
+
+def _stream(proc: subprocess.Popen[bytes], echo: Echo) -> None:
+    """Read torchrun's stdout and stderr as they come, line by line, until both close."""
+    sel = selectors.DefaultSelector()
+    sinks = {proc.stdout: sys.stdout, proc.stderr: sys.stderr}
+    pending: dict[Any, bytes] = {}
+    for pipe in sinks:
+        assert pipe is not None
+        os.set_blocking(pipe.fileno(), False)
+        sel.register(pipe, selectors.EVENT_READ)
+        pending[pipe] = b""
+    while pending:
+        for key, _ in sel.select(timeout=0.2):
+            pipe = key.fileobj
+            chunk = os.read(pipe.fileno(), 65536)  # type: ignore[union-attr]
+            if not chunk:
+                sel.unregister(pipe)
+                rest = pending.pop(pipe)
+                if rest:
+                    echo.line(rest.decode(errors="replace"), sinks[pipe])  # type: ignore[index]
+                continue
+            *lines, pending[pipe] = (pending[pipe] + chunk).split(b"\n")
+            for line in lines:
+                echo.line(line.decode(errors="replace"), sinks[pipe])  # type: ignore[index]
+    sel.close()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to torchrun's whole session (it stops its workers), then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    end = time.monotonic() + STOP_GRACE_S
+    while proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def failure_message(log_dir: str, agent_lines: list[str], node: int, procs: int, code: int) -> tuple[str, bool]:
+    """The first failed worker, and whether its error file said why; else torchrun's summary."""
+    errors = []
+    for path in glob.glob(os.path.join(log_dir, "**", "error.json"), recursive=True):
+        local = os.path.basename(os.path.dirname(path))
+        if not local.isdigit():
+            continue
+        try:
+            with open(path) as f:
+                msg = json.load(f)["message"]
+            text = msg["message"] if isinstance(msg, dict) else str(msg)
+            stamp = int(msg.get("extraInfo", {}).get("timestamp", 0)) if isinstance(msg, dict) else 0
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        errors.append((stamp, int(local), text))
+    if errors:
+        _, local, text = min(errors)
+        return f"{_who(node * procs + local, node, local)} failed: {text}", True
+    summary = "\n".join(agent_lines)
+    ranks = re.findall(r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)", summary)
+    codes = re.findall(r"exitcode\s*:\s*(-?\d+)", summary)
+    if ranks:
+        rank, local = int(ranks[-1][0]), int(ranks[-1][1])  # the summary ends with the root cause
+        how = _exit_text(int(codes[-1])) if codes else "failed"
+        return f"{_who(rank, node, local)} {how}; its output is above.", False
+    return f"torchrun on node {node} {_exit_text(code)}; its output is above.", False
+
+
+def _who(rank: int, node: int, local: int) -> str:
+    return f"torchrun worker rank {rank} (node {node}, local rank {local})"
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def worker_main(argv: list[str]) -> None:
+    """In a torchrun worker: run the script as `__main__`; on an error, show its traceback from
+    the script's own frames on, and leave it in torchrun's error file for the agent."""
+    script, *args = argv
+    try:
+        engine.run_script(script, args)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        te = traceback.TracebackException.from_exception(e)
+        frames = list(te.stack)
+        first = next((i for i, f in enumerate(frames) if f.filename == script), 0)
+        te.stack = traceback.StackSummary.from_list(frames[first:])
+        sys.stderr.write("".join(te.format()))
+        sys.stderr.flush()
+        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+        ErrorHandler().record_exception(e)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    worker_main(sys.argv[1:])

@@ -1,0 +1,58 @@
+"""DeepSpeed: the torch.distributed variables, so `deepspeed.init_distributed()` skips discovery.
+
+On a host without GPUs DeepSpeed needs `DS_ACCELERATOR=cpu`; it then builds a small
+shared-memory op the first time it starts its communication, which takes a minute or more.
+`check` says so before the engines are set up, so the first run does not look hung.
+`AZUREML_EXPERIMENT_ID` is never set: it would switch DeepSpeed into an Azure-only path.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+from .base import Framework, RunContext, torch_rank_env
+
+SHM_OP = "deepspeed_shm_comm"
+
+
+def accelerator_env(ctx: RunContext) -> dict[str, str]:
+    """`DS_ACCELERATOR=cpu` without NCCL (no GPUs), unless the user or the engines set it."""
+    if ctx.backend == "nccl" or "DS_ACCELERATOR" in ctx.inherited or "DS_ACCELERATOR" in ctx.spec.user_env:
+        return {}
+    return {"DS_ACCELERATOR": "cpu"}
+
+
+def extensions_root() -> str:
+    """Where torch's JIT builds land (torch.utils.cpp_extension), without importing torch."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return os.environ["TORCH_EXTENSIONS_DIR"]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "torch_extensions")
+
+
+def shm_op_built(root: str | None = None) -> bool:
+    root = root or extensions_root()
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}_*"
+    return bool(glob.glob(os.path.join(root, tag, SHM_OP, f"{SHM_OP}*.so")))
+
+
+class DeepSpeed(Framework):
+    name = "deepspeed"
+    family = "torch"
+    title = "DeepSpeed"
+    module = "deepspeed"
+    extra = "deepspeed"
+    engine_hooks = ("jupyter_dist.engine:torch_idempotent_init",)
+
+    def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
+        return {**torch_rank_env(ctx, rank), **accelerator_env(ctx)}
+
+    def check(self, ctx: RunContext) -> None:
+        if accelerator_env(ctx) and ctx.layout.all_local and not shm_op_built():
+            print(
+                f"jupyter-dist: DeepSpeed builds its CPU communication op ({SHM_OP}) on this first run; "
+                "init_distributed() takes a minute or two while it compiles, once.",
+                flush=True,
+            )

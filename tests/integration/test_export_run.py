@@ -1,0 +1,171 @@
+"""`%dist export` run for real: the exported scripts, under torchrun, mpirun and (a stand-in for)
+Slurm, give what the same cell gave through `%%distrun` on the notebook's 2 x 2 engines."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jupyter_dist.layout import free_ports
+
+pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
+
+VENV_BIN = Path(sys.executable).parent
+DDP_CELL = textwrap.dedent(
+    """
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo", init_method="env://")
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(dist.get_rank())   # each rank its own data
+    for step in range(10):
+        x = torch.randn(16, 8, generator=gen)
+        loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+        opt.zero_grad(); loss.backward(); opt.step()
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    print(f"trained rank={dist.get_rank()} world={dist.get_world_size()}")
+    """
+)
+MPI_CELL = textwrap.dedent(
+    """
+    import os
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    got = (comm.rank, os.environ["OMPI_COMM_WORLD_LOCAL_RANK"], os.environ["NODE_RANK"],
+           os.environ["AZ_BATCH_MASTER_NODE"].split(":")[0], comm.allreduce(comm.rank + 1))
+    print("allreduce", got[-1])
+    """
+)
+FAKE_SRUN = """\
+import os, subprocess, sys
+args, nodes, per = sys.argv[1:], 1, 1
+while args and args[0].startswith("--"):
+    key, _, value = args.pop(0).partition("=")
+    nodes = int(value) if key == "--nodes" else nodes
+    per = int(value) if key == "--ntasks-per-node" else per
+procs = []
+for r in range(nodes * per):
+    env = dict(os.environ, SLURM_PROCID=str(r), SLURM_LOCALID=str(r % per), SLURM_NODEID=str(r // per),
+               SLURM_NTASKS=str(nodes * per), SLURM_STEP_NUM_NODES=str(nodes))
+    procs.append(subprocess.Popen(args, env=env))
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+def launch_env(**extra: str) -> dict[str, str]:
+    """This venv's python and mpirun, Open MPI allowed as root and oversubscribed; no launcher variables."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PRTE_", "SLURM_", "TORCHELASTIC_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")}
+    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", PYTHON=sys.executable,
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe", MASTER_PORT=str(free_ports(1)[0]))
+    env.update(extra)
+    return env
+
+
+def run(cmd: list[str], env: dict[str, str], cwd: Path) -> None:
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def saved(folder: Path, name: str, world: int) -> list:
+    return [pickle.loads((folder / f"{name}.rank{r}.pkl").read_bytes()) for r in range(world)]
+
+
+def same_params(got: list, want: list) -> None:
+    import torch
+
+    assert len(got) == len(want) == 4
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w), (g - w).abs().max()
+
+
+@pytest.fixture(scope="module")
+def notebook_params(shell):
+    """The DDP cell run once through %%distrun on 2 x 2 engines: each rank's trained parameters."""
+    shell.run_cell_magic("distrun", "-f pytorch -N 2 -n 2 -o params", DDP_CELL)
+    params = shell.user_ns["params"]
+    assert all(bool((p == params[0]).all()) for p in params)
+    return params
+
+
+def export(shell, capsys, fmt: str, path: Path) -> str:
+    capsys.readouterr()
+    shell.run_line_magic("dist", f"export --format {fmt} {path}")
+    return capsys.readouterr().out
+
+
+def test_torchrun_export_two_node_commands(shell, capsys, notebook_params, tmp_path):
+    out = export(shell, capsys, "torchrun", tmp_path / "ddp.py")
+    assert "which runs: torchrun --nnodes 2 --nproc_per_node 2 --node_rank $NODE_RANK" in out
+    env = launch_env()  # one MASTER_PORT for both nodes
+    nodes = [subprocess.Popen(["bash", str(tmp_path / "ddp.torchrun.sh")], env=dict(env, NODE_RANK=str(n)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (0, 1)]
+    logs = [p.communicate(timeout=180)[0] for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], logs
+    assert "trained rank=0 world=4" in logs[0] and "trained rank=3 world=4" in logs[1]
+    same_params(saved(tmp_path, "params", 4), notebook_params)
+
+
+def test_mpirun_export(shell, capsys, notebook_params, tmp_path):
+    shell.run_cell_magic("distrun", "-f pytorch -N 2 -n 2 -o params", DDP_CELL)  # the last run again
+    export(shell, capsys, "mpirun", tmp_path / "ddp.py")
+    run(["bash", str(tmp_path / "ddp.mpirun.sh")], launch_env(), tmp_path)
+    same_params(saved(tmp_path, "params", 4), notebook_params)
+
+
+def test_mpirun_export_of_an_mpi_cell(shell, capsys, tmp_path):
+    shell.run_cell_magic("distrun", "-f mpi -N 2 -n 2 -o got", MPI_CELL)
+    want = shell.user_ns["got"]
+    assert [g[1:3] for g in want] == [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")]
+    export(shell, capsys, "mpirun", tmp_path / "hello.py")
+    run(["bash", str(tmp_path / "hello.mpirun.sh")], launch_env(MASTER_ADDR="127.0.0.1"), tmp_path)
+    got = saved(tmp_path, "got", 4)
+    assert [g[:3] + g[4:] for g in got] == [w[:3] + w[4:] for w in want]
+    assert all(g[3] == "127.0.0.1" and g[4] == 10 for g in got)
+
+
+@pytest.fixture
+def fake_slurm(tmp_path):
+    """`srun` that starts every task here with SLURM_* set, and `scontrol show hostnames`."""
+    bin_dir = tmp_path / "fake-slurm"
+    bin_dir.mkdir()
+    srun = bin_dir / "srun"
+    srun.write_text(f"#!{sys.executable}\n{FAKE_SRUN}")
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text("#!/bin/sh\necho 127.0.0.1\necho 127.0.0.1\n")
+    for f in (srun, scontrol):
+        f.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_ID": "4242", "SLURM_NNODES": "2",
+            "SLURM_SUBMIT_DIR": str(tmp_path)}
+
+
+def test_sbatch_export_under_a_stand_in_for_slurm(shell, capsys, notebook_params, tmp_path, fake_slurm):
+    shell.run_cell_magic("distrun", "-f pytorch -N 2 -n 2 -o params", DDP_CELL)
+    out = export(shell, capsys, "sbatch", tmp_path / "ddp.py")
+    assert "sbatch ddp.sbatch.sh" in out
+    run(["bash", str(tmp_path / "ddp.sbatch.sh")], launch_env(**fake_slurm), tmp_path)
+    same_params(saved(tmp_path, "params", 4), notebook_params)
+
+
+def test_sbatch_torchrun_per_node_under_a_stand_in_for_slurm(notebook_params, tmp_path, fake_slurm):
+    from jupyter_dist import export as E
+    from jupyter_dist.defaults import RunDefaults
+    from jupyter_dist.spec import parse_args, resolve
+
+    spec = resolve(parse_args("-f torchrun -N 2 -n 2 -o params"), RunDefaults(), mpiexec_found=True)
+    exp = E.build(spec, DDP_CELL, E.ExportOptions("sbatch", str(tmp_path / "ddp.py")))
+    E.write(exp)
+    assert "--rdzv_backend c10d" in exp.launcher.text
+    run(["bash", exp.launcher.path], launch_env(**fake_slurm), tmp_path)
+    same_params(saved(tmp_path, "params", 4), notebook_params)

@@ -1,0 +1,185 @@
+"""metrics: report() batching on a rank, torch step counting, and the notebook-side aggregation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from jupyter_dist import metrics as m
+
+
+@pytest.fixture
+def rank_side(monkeypatch):
+    """Fresh rank-side state, a fake clock and a list that receives what would be sent."""
+    clock = {"t": 1000.0}
+    sent: list[dict] = []
+    monkeypatch.setattr(m, "_now", lambda: clock["t"])
+    monkeypatch.setattr(m, "_rows", [])
+    monkeypatch.setattr(m, "_auto", [])
+    monkeypatch.setattr(m, "_next_flush", 0.0)
+    monkeypatch.setattr(m, "_reported", False)
+    monkeypatch.setattr(m, "_state", {**m._state, "auto_opt": None, "sender": sent.append, "watching": True})
+    return clock, sent
+
+
+def test_report_batches_until_the_flush_interval(rank_side):
+    clock, sent = rank_side
+    for i in range(5):
+        m.report(step=i, samples=32, loss=1.0 / (i + 1))
+        clock["t"] += 0.1
+    assert sent == []  # 0.4 s since the first record: nothing sent yet
+    clock["t"] = 1000.0 + m.FLUSH_S + 0.01
+    m.report(step=5, samples=32, loss=0.1)
+    assert len(sent) == 1
+    batch = sent[0]
+    assert batch["step"] == [0, 1, 2, 3, 4, 5] and batch["samples"] == [32] * 6
+    assert batch["scalars"]["loss"][0] == 1.0 and len(batch["t"]) == 6
+    assert "tokens" not in batch  # columns nobody used are left out
+    json.dumps(batch)  # it travels as JSON
+
+
+def test_end_of_cell_sends_the_rest_and_starts_afresh(rank_side):
+    clock, sent = rank_side
+    m.report(samples=8)
+    m.report(samples=8, acc=0.5)
+    key, payload = m.end_of_cell()
+    assert key == m.KEY
+    assert payload["samples"] == [8, 8] and payload["scalars"] == {"acc": [None, 0.5]}
+    assert m.end_of_cell() is None  # nothing left
+    assert m._next_flush == 0.0 and m._reported is False
+
+
+def test_scalars_become_floats(rank_side):
+    class Tensorish:
+        def __float__(self):
+            return 2.5
+
+    m.report(loss=Tensorish(), n=3)
+    _, payload = m.end_of_cell()
+    assert payload["scalars"] == {"loss": [2.5], "n": [3.0]}
+    with pytest.raises(TypeError, match="report\\(tag=...\\) needs a number"):
+        m.report(tag="x")
+
+
+def test_optimizer_steps_counted_without_report(rank_side):
+    torch = pytest.importorskip("torch")
+    clock, sent = rank_side
+    assert m._hook_torch(load=True)
+    try:
+        _count_steps(torch, clock)
+    finally:
+        m._state["torch_hook"].remove()
+
+
+def _count_steps(torch, clock):
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt, other = torch.optim.SGD([p], lr=0.1), torch.optim.SGD([p], lr=0.1)
+    for _ in range(4):
+        p.grad = torch.ones(2)
+        opt.step()
+        other.step()  # a second optimizer is not counted twice
+        clock["t"] += 0.01
+    _, payload = m.end_of_cell()
+    assert len(payload["auto_t"]) == 4 and "t" not in payload
+    # a cell that calls report(): the steps are not counted
+    opt.step()
+    m.report(step=1)
+    opt.step()
+    _, payload = m.end_of_cell()
+    assert "auto_t" not in payload and payload["step"] == [1]
+
+
+def test_outside_jupyter_dist_report_is_a_no_op(monkeypatch, capsys):
+    monkeypatch.delenv("JUPYTER_DIST_FRAMEWORK", raising=False)
+    monkeypatch.setattr(m, "_state", {**m._state, "sender": None, "atexit": True})
+    send = m._pick_sender()
+    send({"v": 1})
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("JUPYTER_DIST_FRAMEWORK", "torchrun")  # a worker process of a run
+    m._pick_sender()({"v": 1, "t": [1.0]})
+    line = capsys.readouterr().out
+    assert line.startswith(m.LINE_PREFIX)
+    store = m.MetricsStore(t0=0.0)
+    assert store.add_line(3, line.rstrip("\n")) and store.ranks[3].t == [1.0]
+    assert not store.add_line(3, "an ordinary line")
+
+
+def store_of(rates: dict[int, float], n: int = 21, dt: float = 0.1, t0: float = 100.0, **extra) -> m.MetricsStore:
+    """Ranks reporting `samples` every `dt` s so that each runs at its given rate."""
+    store = m.MetricsStore(t0=t0)
+    for rank, rate in rates.items():
+        store.add(rank, {"t": [t0 + 1 + i * dt for i in range(n)], "samples": [rate * dt] * n,
+                         "step": list(range(n)), "scalars": {"loss": [1.0 / (i + 1) for i in range(n)]}, **extra})
+    return store
+
+
+def test_mean_rates_and_straggler():
+    store = store_of({0: 100.0, 1: 100.0, 2: 80.0, 3: 100.0})
+    assert store.unit == "samples" and store.source == "report"
+    rates = store.mean_rates()
+    assert rates[2].rate == pytest.approx(80.0) and rates[0].rate == pytest.approx(100.0)
+    assert store.total_rate() == pytest.approx(380.0)
+    s = store.summary()
+    assert s.slowest.rank == 2 and s.fastest.rank == 0
+    assert s.behind_pct == pytest.approx(20.0)
+    text = "\n".join(s.lines())
+    assert "rank 3: 100.0 samples/s" in text
+    assert "slowest: rank 2 at 80.0 samples/s, 20.0% behind the fastest (rank 0)" in text
+    assert "loss (mean over ranks): first 1, last 0.04762" in text
+
+
+def test_rate_series_is_flat_for_a_steady_rank():
+    store = store_of({0: 50.0, 1: 150.0}, n=101)
+    centres, by_rank, total = store.rate_series()
+    assert len(centres) >= 10 and centres[0] > 1.0  # seconds since the run started
+    inner = [x for x in by_rank[1] if not math.isnan(x)]
+    assert all(x == pytest.approx(150.0) for x in inner)
+    assert all(x == pytest.approx(200.0) for x in total if not math.isnan(x))
+
+
+def test_steps_from_step_deltas_and_auto():
+    store = m.MetricsStore(t0=0.0)
+    store.add(0, {"t": [1.0, 2.0, 3.0], "step": [0, 10, 20]})  # reported every 10 steps
+    assert store.unit == "steps"
+    assert store.mean_rates()[0].rate == pytest.approx(10.0)
+    auto = m.MetricsStore(t0=0.0)
+    auto.add(1, {"auto_t": [1.0, 1.5, 2.0, 2.5]})
+    assert auto.source == "auto" and auto.unit == "steps"
+    assert auto.mean_rates()[1].rate == pytest.approx(2.0)
+    assert "counted from optimizer steps" in auto.summary().lines()[0]
+
+
+def test_scalar_series_uses_steps_and_aligns_new_names():
+    store = m.MetricsStore(t0=0.0)
+    store.add(0, {"t": [1.0, 2.0], "step": [5, 6], "scalars": {"loss": [0.5, 0.4]}})
+    store.add(0, {"t": [3.0], "step": [7], "scalars": {"acc": [0.9]}})
+    assert store.ranks[0].scalars == {"loss": [0.5, 0.4, None], "acc": [None, None, 0.9]}
+    assert store.scalar_series("loss") == {0: ([5.0, 6.0], [0.5, 0.4])}
+    assert store.scalar_series("acc") == {0: ([7.0], [0.9])}
+
+
+def test_scaling_shape():
+    assert m.scaling_shape(4, 2) == (2, 2)
+    assert m.scaling_shape(1, 2) == (1, 1)
+    assert m.scaling_shape(3, 2) == (1, 3)
+
+
+def test_scaling_from_metrics_and_from_wall_time():
+    runs = [(m.ScalingPoint(1, 1, 1, 0.0, 10.0), store_of({0: 100.0})),
+            (m.ScalingPoint(2, 1, 2, 0.0, 10.0), store_of({0: 90.0, 1: 90.0}))]
+    res = m.scaling_result(runs)
+    assert res.unit == "samples/s"
+    assert res.speedup(res.points[1]) == pytest.approx(1.8)
+    assert res.efficiency(res.points[1]) == pytest.approx(0.9)
+    assert "90%" in "\n".join(res.lines())
+    wall = m.scaling_result([(m.ScalingPoint(1, 1, 1, 0.0, 100.0), None), (m.ScalingPoint(4, 2, 2, 0.0, 25.0), None)])
+    assert wall.unit == "runs/s"
+    assert wall.speedup(wall.points[1]) == pytest.approx(4.0) and wall.efficiency(wall.points[1]) == pytest.approx(1.0)
+
+
+def test_nice_width():
+    assert m.nice_width(0.13) == pytest.approx(0.2)
+    assert m.nice_width(3.0) == pytest.approx(5.0)
+    assert m.nice_width(7.0) == pytest.approx(10.0)
