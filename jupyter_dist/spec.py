@@ -6,6 +6,7 @@ Every error is an IPython `UsageError` whose message is one sentence naming the 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import shlex
@@ -31,7 +32,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"%distrun: {message}.")
 
 
+@functools.cache
 def build_parser() -> argparse.ArgumentParser:
+    """Built once: parsing does not change it (list defaults are copied by argparse)."""
     p = _Parser(prog="%distrun", add_help=False, allow_abbrev=False)
     p.add_argument("-f", "--framework")
     p.add_argument("-N", "--nodes")

@@ -1,0 +1,142 @@
+"""Per-rank output, metrics and charts on real engines: one 2 nodes x 2 processes cluster for the module
+(the --scaling test, last, resizes it)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from IPython.utils.capture import capture_output
+
+import jupyter_dist
+from jupyter_dist.cluster import STATE_DIR
+from jupyter_dist.output import LiveTextSink
+
+pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
+
+# a 1x1 PNG, so a rank can display an image without drawing one
+PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+
+
+def last_log_dir() -> Path:
+    return max(STATE_DIR.glob("logs/**/rank-0.log"), key=lambda p: p.stat().st_mtime).parent
+
+
+def captured(shell, flags: str, cell: str):
+    with capture_output() as cap:
+        shell.run_cell_magic("distrun", flags, textwrap.dedent(cell))
+    return cap
+
+
+def test_every_line_of_every_rank_labelled_in_order(shell):
+    cap = captured(shell, "-f pytorch -N 2 -n 2", """
+        import os, sys
+        r = int(os.environ["RANK"])
+        for i in range(60):
+            print(f"r{r} line {i}", flush=(i % 7 == 0))
+            if i % 20 == 0:
+                print(f"r{r} warn {i}", file=sys.stderr)
+        """)
+    for r in range(4):
+        label = f"[rank {r}|node {r // 2}]"
+        mine = [line for line in cap.stdout.splitlines() if line.startswith(label)]
+        assert mine == [f"{label} r{r} line {i}" for i in range(60)]
+        assert f"{label} r{r} warn 40" in cap.stderr
+        log = (last_log_dir() / f"rank-{r}.log").read_text().splitlines()
+        assert [x for x in log if " line " in x] == [f"r{r} line {i}" for i in range(60)]
+        assert f"[stderr] r{r} warn 20" in log
+
+
+def test_rank_image_and_tqdm_bar(shell):
+    cap = captured(shell, "-N 2 -n 2", f"""
+        import os, base64, time
+        from tqdm.auto import tqdm
+        r = int(os.environ["RANK"])
+        for i in tqdm(range(15), desc=f"rank{{r}}"):
+            time.sleep(0.02)
+        if r == 1:
+            from IPython.display import Image, display
+            display(Image(data=base64.b64decode("{PNG_B64}")))
+        print("after", r)
+        """)
+    images = [o for o in cap.outputs if "image/png" in o.data]
+    assert len(images) == 1
+    assert "[rank 1|node 0] display:" in cap.stdout
+    for r in range(4):
+        bars = [line for line in cap.stderr.splitlines() if line.startswith(f"[rank {r}|") and f"rank{r}" in line]
+        assert len(bars) == 1 and "100%" in bars[0] and "\r" not in bars[0]  # once, in its final state
+        log = (last_log_dir() / f"rank-{r}.log").read_text().splitlines()
+        assert sum("100%" in x for x in log) == 1 and f"after {r}" in log
+
+
+class SmallLiveSink(LiveTextSink):
+    KEEP_LINES_PER_RANK = 50
+
+
+def test_output_past_the_limit_is_whole_in_the_logs(shell):
+    runner = jupyter_dist.get_session().runner
+    runner.sink_factory = SmallLiveSink  # the kernel's sink; its widget is a no-op here
+    try:
+        cap = captured(shell, "-N 2 -n 2 --ranks 0-1", """
+            import os
+            r = int(os.environ["RANK"])
+            print("\\n".join(f"r{r} n{i}" for i in range(3000)))
+            """)
+    finally:
+        runner.sink_factory = jupyter_dist.get_session().sink_factory
+    logs = last_log_dir()
+    out = cap.stdout
+    assert f"showing rank 0, 1 of 4 (--ranks); every rank's output is in {logs}" in out
+    assert f"[rank 0|node 0] ... 2950 earlier line(s) held back; all are in {logs / 'rank-0.log'}" in out
+    assert "[rank 0|node 0] r0 n2999" in out and "r0 n100\n" not in out and "r2 n" not in out
+    for r in range(4):
+        assert (logs / f"rank-{r}.log").read_text().splitlines() == [f"r{r} n{i}" for i in range(3000)]
+
+
+def test_report_leaves_a_chart_and_a_summary(shell):
+    cap = captured(shell, "-N 2 -n 2", """
+        import os, time, jupyter_dist
+        r = int(os.environ["RANK"])
+        for step in range(40):
+            time.sleep(0.02 * (1 + (r == 3)))   # rank 3 is the straggler
+            jupyter_dist.report(step=step, samples=32, loss=1.0 / (step + 1))
+        """)
+    charts = [o for o in cap.outputs if "image/png" in o.data]
+    assert len(charts) == 1
+    assert charts[0].data["text/plain"] == "<jupyter-dist chart: samples/s by rank and their sum; loss by step; 4 rank(s)>"
+    out = cap.stdout
+    assert "run summary: samples/s from report(), 4 rank(s)" in out
+    for r in range(4):
+        assert f"  rank {r}: " in out
+    assert "slowest: rank 3 at" in out
+
+
+def test_torch_optimizer_steps_without_report(shell):
+    cap = captured(shell, "-f pytorch -N 2 -n 2", """
+        import torch
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(30):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            opt.zero_grad(); loss.backward(); opt.step()
+        """)
+    assert any("image/png" in o.data for o in cap.outputs)
+    assert "run summary: steps/s counted from optimizer steps, 4 rank(s)" in cap.stdout
+
+
+@pytest.mark.timeout(300)
+def test_scaling_draws_the_chart(shell):
+    cap = captured(shell, "-N 2 -n 2 --scaling 1,2", """
+        import time, jupyter_dist
+        for step in range(20):
+            time.sleep(0.02)
+            jupyter_dist.report(step=step, samples=16)
+        """)
+    out = cap.stdout
+    assert "--scaling: world size 1 (1 node(s) x 1)" in out and "--scaling: world size 2 (1 node(s) x 2)" in out
+    charts = [o.data["text/plain"] for o in cap.outputs if "image/png" in o.data]
+    assert charts == ["<jupyter-dist scaling chart: world sizes 1,2; samples/s>"]
+    assert "scaling (samples/s, summed over ranks)" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("2 "))
+    assert row.rstrip().endswith("%")  # the efficiency of world size 2
