@@ -401,7 +401,7 @@ def parse_death_notes(log: str) -> dict[int, str]:
 
 def lock_down(root: Path) -> None:
     """Connection files, logs and everything else of a cluster: readable by its owner only."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o700)
         for name in filenames:
             with contextlib.suppress(OSError):

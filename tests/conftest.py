@@ -15,12 +15,11 @@ os.environ.setdefault("JUPYTER_DIST_DIR", str(ARTIFACTS / "state"))
 @pytest.fixture(scope="module")
 def shell():
     """An IPython shell with jupyter_dist loaded into a fresh session; its cluster stops after the module."""
+    from IPython import get_ipython
     from IPython.testing.globalipapp import start_ipython
 
     import jupyter_dist
     from jupyter_dist.defaults import STORE
-
-    from IPython import get_ipython
 
     ip = start_ipython() or get_ipython()  # start_ipython returns None once it has run
     STORE.reset()
