@@ -708,13 +708,14 @@ def azureml_text(spec: RunSpec, script: str, family: str, compute: str | None, e
         f"# Submit: az ml job create --file {_launcher_name(script, 'azureml')} --resource-group <group> --workspace-name <workspace>",
     ]
     if placeholders:
-        lines.append(f"# {' and '.join(placeholders)} not given to %dist export: compute and environment below are "
-                     "examples; name yours.")
+        fields = " and ".join(flag[2:] for flag in placeholders)
+        lines.append(f"# {' and '.join(placeholders)} not given to %dist export: the {fields} below "
+                     f"{'are examples' if len(placeholders) > 1 else 'is an example'}; name yours.")
     if family == "tensorflow":
         lines.append("# Azure ML sets TF_CONFIG for each task; the script uses it as it is.")
     else:
-        lines.append(f"# Azure ML starts {spec.procs_per_node} process(es) on each of {spec.nodes} instance(s) and sets "
-                     "their rank variables.")
+        lines.append(f"# Azure ML starts {_plural(spec.procs_per_node, 'process')} on each of "
+                     f"{_plural(spec.nodes, 'instance')} and sets their rank variables.")
     return "\n".join(lines) + "\n" + to_yaml(data)
 
 

@@ -26,6 +26,7 @@ POLL_S = 0.01
 FAIL_GRACE_S = float(os.environ.get("JUPYTER_DIST_FAIL_GRACE", "3"))
 INTERRUPT_GRACE_S = float(os.environ.get("JUPYTER_DIST_INTERRUPT_GRACE", "5"))
 DEATH_NOTE_WAIT_S = 10.0
+OUTPUT_WAIT_S = float(os.environ.get("JUPYTER_DIST_OUTPUT_WAIT", "60"))
 STREAMS = ("stdout", "stderr")
 
 
@@ -100,8 +101,11 @@ class Runner:
             self._monitor(ar, by_child, ex, sink, logs, t0)
         finally:
             cluster.set_busy(False)
+            # every line the ranks printed arrives before the view is closed; a dead engine's
+            # output never completes, so it gets a short wait only
+            died = any(is_engine_death(st.error) for st in states.values())
             with contextlib.suppress(Exception):
-                ar.wait_for_output(2)
+                ar.wait_for_output(3 if died else OUTPUT_WAIT_S)
             self._drain(by_child, sink, logs, final=True)
             sink.finish()
             logs.close()

@@ -186,9 +186,11 @@ def test_status_listener_keeps_the_comms(session: DistSession):
 
 
 def test_panel_is_one_per_session_and_dist_panel_shows_it(session: DistSession, monkeypatch):
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.core.interactiveshell import InteractiveShell
 
     from jupyter_dist.magics import DistMagics
+
+    ip = InteractiveShell.instance()  # whichever shell an earlier test made, or a new one
 
     first = panelmod.panel(session)
     try:
@@ -196,10 +198,10 @@ def test_panel_is_one_per_session_and_dist_panel_shows_it(session: DistSession, 
         assert "application/vnd.jupyter.widget-view+json" in first._repr_mimebundle_()
         shown: list[Any] = []
         monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
-        DistMagics(start_ipython(), session).dist("panel")
+        DistMagics(ip, session).dist("panel")
         assert shown == [first]
         with pytest.raises(Exception, match="no arguments"):
-            DistMagics(start_ipython(), session).dist("panel extra")
+            DistMagics(ip, session).dist("panel extra")
     finally:
         first.close()
     assert panelmod.panel(session) is not first
