@@ -108,6 +108,9 @@ def _flush_before_dying() -> None:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # dying anyway
                 stream.flush()
+        import time
+
+        time.sleep(0.1)  # let the I/O thread put the exit code and last lines on the wire
         real_exit(code)
 
     os._exit = _exit

@@ -15,6 +15,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import jupyter_dist
+from jupyter_dist.defaults import STORE
 from jupyter_dist.errors import OutputFetchError, RankFailure, RunTimeout
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
@@ -113,6 +114,7 @@ def test_hang_with_timeout_shows_stacks_and_engines_stay_usable(distrun, shell):
             "if dist.get_rank() != 3:   # rank 3 skips the collective\n"
             "    wait_for_everyone()\n"))
     record("time_to_report_hang_with_timeout_4_s", round(time.monotonic() - t0, 2))
+    STORE.update(timeout=None)  # --timeout is remembered like every flag; later runs need none
     text = "\n".join(info.value._render_traceback_())
     assert "--timeout 4 s" in str(info.value)
     assert "still running: rank(s) 0, 1, 2" in str(info.value)
@@ -124,6 +126,7 @@ def test_python_hang_is_interrupted(distrun, shell):
     with pytest.raises(RunTimeout):
         shell.run_cell_magic("distrun", f"{LAYOUT} --timeout 3",
                              "import os, time\nif os.environ['RANK'] == '0':\n    time.sleep(600)\n")
+    STORE.update(timeout=None)
     pids = [e.pid for e in cluster().engines]
     distrun(LAYOUT, "x_after = 1")
     assert [e.pid for e in cluster().engines] == pids  # interrupted, not restarted
