@@ -38,7 +38,9 @@ def load_ipython_extension(ipython: Any) -> None:
     if comm is not None:
         comm.register(ipython)
         comm.set_cluster_control(session.control())
-        session.cluster.on_status = comm.notify_status
+        from .listeners import add_status_listener
+
+        add_status_listener(session.cluster, comm.notify_status)
     atexit.register(session.shutdown)
 
 

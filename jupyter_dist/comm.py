@@ -320,7 +320,7 @@ def set_cluster_control(ctrl: ClusterControl | None) -> None:
     """Called by the core: the object whose status and actions the sidebar shows and drives."""
     global _control
     _control = ctrl
-    notify_status()
+    broadcast_state(refresh_status())
 
 
 def _count_or(value: object, default: int) -> int:
@@ -482,20 +482,28 @@ def drop_session(key: str) -> None:
         _sessions.pop(key, None)
 
 
-def broadcast_state() -> None:
-    """Send the current state to every greeted session."""
+def broadcast_state(status: ClusterStatus | None = None) -> None:
+    """Send the current state (with `status` where the caller just took it) to every greeted session."""
     with _sessions_lock:
         sessions = [s for s in _sessions.values() if s.greeted]
     if sessions:
-        message = state()
+        message = state() if status is None else StateMsg(type="state", defaults=STORE.value.to_json(), status=status)
         for session in sessions:
             session.send(message)
 
 
 def notify_status() -> None:
-    """Called by the core (on the thread that drives the cluster) whenever its status changes."""
-    refresh_status()
-    broadcast_state()
+    """Called by the core (on the thread that drives the cluster) whenever its status changes.
+
+    With no sidebar connected nothing reads the status, so none is taken: a run's busy/idle
+    changes then cost nothing. A sidebar that connects later gets a fresh one on the main
+    thread, or the last snapshot (catching up at the next change) while a cell runs.
+    """
+    with _sessions_lock:
+        listening = bool(_sessions)
+    if not listening:
+        return
+    broadcast_state(refresh_status())
 
 
 def subscribe_store() -> None:

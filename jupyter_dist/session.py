@@ -11,6 +11,7 @@ import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -92,6 +93,8 @@ class DistSession:
     # -- the run ----------------------------------------------------------------------
 
     def shape_of(self, spec: RunSpec) -> ClusterShape:
+        if spec.launcher == "slurm":
+            return ClusterShape(spec.launcher, spec.world_size, spec.hosts, slurm_nodes=spec.nodes, slurm=spec.slurm)
         return ClusterShape(spec.launcher, spec.world_size, spec.hosts)
 
     def bring_up(self, p: Prepared) -> None:
@@ -256,10 +259,19 @@ def check_compiles(code: str, shell: Any = None) -> None:
     source = code
     if shell is not None:
         source = shell.transform_cell(code)
+    problem = compile_problem(source)
+    if problem:
+        raise UsageError(problem)
+
+
+@lru_cache(maxsize=16)
+def compile_problem(source: str) -> str | None:
+    """The sentence for a source that does not compile, else None (cached: cells are re-run as they are)."""
     try:
         compile(source, "<distrun cell>", "exec")
     except SyntaxError as e:
-        raise UsageError(f"the cell does not compile: line {e.lineno}: {e.msg}.") from None
+        return f"the cell does not compile: line {e.lineno}: {e.msg}."
+    return None
 
 
 def script_code(spec: RunSpec) -> str:

@@ -7,8 +7,8 @@ controls. What the choices imply is computed from the store's value with the run
 functions: `spec.resolve` of a flag-less `%%distrun`, `build_layout`, `fabric.resolve_backend`,
 `fabric.fabric_env`, the framework's checks and `envs.rank_environments`.
 
-The cluster's single `on_status` callable is wrapped in a small fan-out (`StatusListeners`) so
-that the sidebar's `comm.notify_status` keeps being called and the panel's status line follows.
+The panel follows the cluster's status through the fan-out of `jupyter_dist.listeners`, beside
+the sidebar's `comm.notify_status`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from IPython.core.error import UsageError
 
 from .. import comm, fabric, frameworks
 from .. import spec as specmod
-from ..cluster import ClusterShape, EngineCluster, find_mpiexec
+from ..cluster import ClusterShape, find_mpiexec
 from ..defaults import BACKENDS, FRAMEWORKS, IB_MODES, LAUNCHERS, RunDefaults
 from ..envs import rank_environments
 from ..fabric import NodeFabric
 from ..frameworks import RunContext
 from ..layout import Layout, build_layout
+from ..listeners import StatusListeners, add_status_listener
 
 if TYPE_CHECKING:
     from ..session import DistSession
@@ -192,36 +193,6 @@ def status_html(st: dict[str, Any], message: str = "") -> str:
         if text:
             head += f"<br><span style='color:#c62828'>{html.escape(str(text))}</span>"
     return head
-
-
-# ---------------------------------------------------------------------------- status fan-out
-
-
-class StatusListeners:
-    """A callable that stands in `EngineCluster.on_status` and calls every listener in turn."""
-
-    def __init__(self, first: Callable[[], None] | None = None) -> None:
-        self.listeners: list[Callable[[], None]] = [first] if first is not None else []
-
-    def __call__(self) -> None:
-        for listener in list(self.listeners):
-            with contextlib.suppress(Exception):  # one broken view never stops the others
-                listener()
-
-
-def add_status_listener(cluster: EngineCluster, listener: Callable[[], None]) -> Callable[[], None]:
-    """Add `listener` next to whatever `cluster.on_status` already calls; returns the remover."""
-    fanout = cluster.on_status
-    if not isinstance(fanout, StatusListeners):
-        fanout = StatusListeners(fanout)
-        cluster.on_status = fanout
-    fanout.listeners.append(listener)
-
-    def remove() -> None:
-        if listener in fanout.listeners:
-            fanout.listeners.remove(listener)
-
-    return remove
 
 
 # ---------------------------------------------------------------------------- the panel

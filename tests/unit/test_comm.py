@@ -316,8 +316,13 @@ def test_other_threads_get_the_snapshot_and_never_call_the_control():
     worker.start()
     worker.join()
     assert seen[0]["engines"] == 4 and calls == []
-    comm.notify_status()  # the core's thread refreshes the snapshot
-    assert calls == ["status"]
+    comm.notify_status()  # no sidebar connected: nothing reads a status, none is taken
+    assert calls == []
+    session, sent = greeted()
+    comm.add_session("a", session)
+    calls.clear()
+    comm.notify_status()  # the core's thread refreshes the snapshot, once, and pushes it
+    assert calls == ["status"] and sent[-1]["status"]["state"] == "busy"
 
 
 # ---------------------------------------------------------------------------- registration

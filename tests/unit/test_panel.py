@@ -185,6 +185,32 @@ def test_status_listener_keeps_the_comms(session: DistSession):
     assert heard == ["comm", "comm"] and len(session.cluster.on_status.listeners) == 1  # type: ignore[union-attr]
 
 
+def test_load_ext_after_a_panel_keeps_the_panel_listening(session: DistSession, monkeypatch):
+    """`%load_ext` adds the sidebar's status callback beside an open panel's, once however often it runs."""
+    import jupyter_dist
+    from jupyter_dist import comm
+
+    heard: list[str] = []
+    monkeypatch.setattr(comm, "notify_status", lambda: heard.append("comm"))
+    monkeypatch.setattr(comm, "register", lambda ip: None)
+    monkeypatch.setattr(jupyter_dist, "_session", session)
+    p = Panel(session, FakeControl(), mpiexec_found=True)
+    try:
+        for _ in range(2):
+            jupyter_dist.load_ipython_extension(FakeShell())
+        heard.clear()
+        session.cluster._notify()
+        listeners = session.cluster.on_status.listeners  # type: ignore[union-attr]
+        assert heard == ["comm"] and p.refresh_status in listeners and len(listeners) == 2
+    finally:
+        p.close()
+
+
+class FakeShell:
+    def register_magics(self, magics: Any) -> None:
+        pass
+
+
 def test_panel_is_one_per_session_and_dist_panel_shows_it(session: DistSession, monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
 
