@@ -1,15 +1,16 @@
 """DDP training throughput: `%distrun` in a real kernel (live views and metrics on) against the same
 script under torchrun, in the same run.
 
-    .venv/bin/python benchmarks/ddp_throughput.py [--nproc 4] [--steps 300] [--repeats 2]
+    .venv/bin/python benchmarks/ddp_throughput.py [--nproc 4] [--steps 300] [--repeats 3] [--ab]
 
 The script (written to a temporary directory) trains a small MLP with DDP over gloo, calls
 `jupyter_dist.report(step, samples, loss)` every step, and prints its own samples/s measured
 between barriers after a warm-up. Under jupyter-dist it runs as `%distrun -f pytorch -N 1 -n P
 train.py` in a kernel started with jupyter_client, so the live widget, the chart and the
 metrics are all on; under torchrun as `python -m torch.distributed.run --nproc_per_node P
-train.py`. Runs alternate; the best of each is compared. Prints the ratio (goal >= 0.98);
-asserts nothing.
+train.py`. Runs alternate, in an order rotated each round; best and median are compared.
+Prints the ratio (goal >= 0.98) and each variant's CPU time per step of a rank (process, main
+thread): the same CPU at a lower rate means the ranks waited for a core. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ TRAIN = textwrap.dedent(
         if i == warmup:
             dist.barrier()
             t0 = time.perf_counter()
+            c0, m0 = time.process_time(), time.thread_time()  # CPU of the process, of this thread
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -51,25 +53,32 @@ TRAIN = textwrap.dedent(
         jupyter_dist.report(step=i, samples=batch, loss=float(loss))
     dist.barrier()
     elapsed = time.perf_counter() - t0
-    print(f"RATE {rank} {steps * batch / elapsed:.3f}", flush=True)
+    cpu, main = (time.process_time() - c0) / steps * 1e3, (time.thread_time() - m0) / steps * 1e3
+    print(f"RATE {rank} {steps * batch / elapsed:.3f} {cpu:.3f} {main:.3f}", flush=True)
     """
 )
-RATE = re.compile(r"RATE (\d+) ([0-9.]+)")
+TEXT_SINK = ("import jupyter_dist; from jupyter_dist.output import TextSink; "
+             "jupyter_dist.get_session().runner.sink_factory = TextSink")
+LIVE_SINK = ("import jupyter_dist; from jupyter_dist.output import default_sink; "
+             "jupyter_dist.get_session().runner.sink_factory = default_sink")
+RATE = re.compile(r"RATE (\d+) ([0-9.]+) ([0-9.]+) ([0-9.]+)")
 
 
-def total_rate(text: str, nproc: int) -> float:
-    rates = {int(r): float(v) for r, v in RATE.findall(text)}
-    if len(rates) != nproc:
-        raise RuntimeError(f"expected {nproc} RATE lines, got {len(rates)}:\n{text[-3000:]}")
-    return sum(rates.values())
+def parse(text: str, nproc: int) -> tuple[float, float, float]:
+    """(samples/s summed over ranks, CPU ms per step of a rank's process, of its main thread: rank means)."""
+    found = {int(r): (float(v), float(c), float(m)) for r, v, c, m in RATE.findall(text)}
+    if len(found) != nproc:
+        raise RuntimeError(f"expected {nproc} RATE lines, got {len(found)}:\n{text[-3000:]}")
+    vals = list(found.values())
+    return sum(v[0] for v in vals), statistics.fmean(v[1] for v in vals), statistics.fmean(v[2] for v in vals)
 
 
-def run_torchrun(script: Path, args: list[str], nproc: int) -> float:
+def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, float, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_DIST_")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
            "--master_port", "29591", str(script), *args]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=True)
-    return total_rate(out.stdout, nproc)
+    return parse(out.stdout, nproc)
 
 
 class Kernel:
@@ -105,7 +114,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--width", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--ab", action="store_true",
+                    help="also run %%distrun with the plain text sink (no live widget, no live chart)")
     args = ap.parse_args()
     os.environ.setdefault("JUPYTER_DIST_DIR", str(Path(__file__).resolve().parent.parent / "test-artifacts" / "state"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,24 +129,50 @@ def main() -> None:
             line = f"%distrun -f pytorch -N 1 -n {args.nproc} {script} {' '.join(targs)}"
             print("warm-up run (starts the engines)", flush=True)
             kernel.run(line)  # starts the engines and imports torch there: not measured
-            dist_rates, torchrun_rates = [], []
+            rates: dict[str, list[float]] = {"torchrun": [], "live": [], "text": []}
+            cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in rates}
+            loads: list[float] = []
+            kinds = ["torchrun", "live", "text"] if args.ab else ["torchrun", "live"]
+            out = ""
             for i in range(args.repeats):
-                print(f"round {i + 1}/{args.repeats}", flush=True)
-                torchrun_rates.append(run_torchrun(script, targs, args.nproc))
-                out = kernel.run(line)
-                dist_rates.append(total_rate(out, args.nproc))
+                order = kinds[i % len(kinds):] + kinds[:i % len(kinds)]  # rotated: no variant always first
+                print(f"round {i + 1}/{args.repeats}: {', '.join(order)}", flush=True)
+                for kind in order:
+                    loads.append(os.getloadavg()[0])
+                    if kind == "torchrun":
+                        rate, c, m = run_torchrun(script, targs, args.nproc)
+                    else:
+                        kernel.run(LIVE_SINK if kind == "live" else TEXT_SINK)
+                        text = kernel.run(line)
+                        rate, c, m = parse(text, args.nproc)
+                        if kind == "live":
+                            out = text
+                    rates[kind].append(rate)
+                    cpu[kind].append((c, m))
             summary = out[out.find("jupyter-dist: run summary"):].splitlines()[:1]
+            dist_rates, torchrun_rates, text_rates = rates["live"], rates["torchrun"], rates["text"]
         finally:
             kernel.close()
     best_d, best_t = max(dist_rates), max(torchrun_rates)
     print(f"DDP {args.nproc} ranks, MLP width {args.width}, batch {args.batch}, {args.steps} steps, "
-          f"{os.cpu_count()} cores")
+          f"{os.cpu_count()} cores, load average {min(loads):.1f}-{max(loads):.1f}")
     print(f"  torchrun:          {', '.join(f'{r:,.0f}' for r in torchrun_rates)} samples/s")
     print(f"  %distrun (views):  {', '.join(f'{r:,.0f}' for r in dist_rates)} samples/s")
+    if text_rates:
+        print(f"  %distrun (text):   {', '.join(f'{r:,.0f}' for r in text_rates)} samples/s")
     if summary:
         print(f"  its notebook summary: {summary[0]}")
     print(f"ratio distrun/torchrun: best {best_d / best_t:.3f}, "
           f"median {statistics.median(dist_rates) / statistics.median(torchrun_rates):.3f} (goal >= 0.98)")
+    if text_rates:
+        print(f"ratio views on/off: median {statistics.median(dist_rates) / statistics.median(text_rates):.3f}; "
+              f"text sink/torchrun: median {statistics.median(text_rates) / statistics.median(torchrun_rates):.3f}")
+    # what each rank spent per step: the same CPU with a lower rate means waiting for a core, not our work
+    for kind, label in (("torchrun", "torchrun"), ("live", "%distrun (views)"), ("text", "%distrun (text)")):
+        if cpu[kind]:
+            c = statistics.median(x[0] for x in cpu[kind])
+            m = statistics.median(x[1] for x in cpu[kind])
+            print(f"CPU per step of a rank, {label}: process {c:.2f} ms, main thread {m:.2f} ms (median)")
 
 
 if __name__ == "__main__":

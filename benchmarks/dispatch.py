@@ -42,6 +42,19 @@ def median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def paired_medians(fa, fb, repeat: int) -> tuple[float, float]:
+    """Medians of `fa` and `fb` timed in alternating order, round by round, so that the load of a
+    shared machine falls on both alike."""
+    ta, tb = [], []
+    for i in range(repeat):
+        order = ((fa, ta), (fb, tb)) if i % 2 == 0 else ((fb, tb), (fa, ta))
+        for fn, times in order:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=30)
@@ -74,9 +87,9 @@ def main() -> None:
     for name, cell in (("trivial", TRIVIAL), ("allreduce", ALLREDUCE)):
         px(cell)
         distrun(cell)
-        results[name] = (median_time(lambda c=cell: distrun(c), args.repeat), median_time(lambda c=cell: px(c), args.repeat))
+        results[name] = paired_medians(lambda c=cell: distrun(c), lambda c=cell: px(c), args.repeat)
 
-    print(f"warm 4-rank cluster (2 nodes x 2), median of {args.repeat}:")
+    print(f"warm 4-rank cluster (2 nodes x 2), median of {args.repeat}, alternating rounds:")
     print(f"{'cell':<10} {'%%distrun':>12} {'%%px --block':>14} {'ratio':>8}")
     for name, (d, p) in results.items():
         print(f"{name:<10} {d * 1e3:>10.2f}ms {p * 1e3:>12.2f}ms {d / p:>8.2f}")

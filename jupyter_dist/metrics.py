@@ -342,6 +342,15 @@ class MetricsStore:
         self.ranks.setdefault(rank, RankSeries()).add(data)
         self.version += 1
 
+    def copy(self) -> MetricsStore:
+        """A copy that later batches do not change (the live chart draws from one on its thread)."""
+        other = MetricsStore(self.t0)
+        other.version = self.version
+        for rank, s in self.ranks.items():
+            other.ranks[rank] = RankSeries(list(s.t), list(s.step), list(s.samples), list(s.tokens),
+                                           {k: list(v) for k, v in s.scalars.items()}, list(s.auto_t))
+        return other
+
     def add_line(self, rank: int, line: str) -> bool:
         """A metrics line from a worker's stdout (see LINE_PREFIX); False if it is not one."""
         if not line.startswith(LINE_PREFIX):

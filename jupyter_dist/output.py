@@ -10,6 +10,7 @@ rank's log file whatever the view shows.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -276,6 +277,7 @@ class LiveTextSink(TextSink):
     UPDATE_S = 0.25
     KEEP_LINES_PER_RANK = 1000  # what the saved notebook keeps per rank (the log keeps all)
     LIVE_LINES = 200  # what a live tab shows
+    CHART_S = 2.0  # the live chart is redrawn at most this often (and less when drawing is slow)
 
     def __init__(self, charts: bool = True) -> None:
         super().__init__(charts)
@@ -285,7 +287,7 @@ class LiveTextSink(TextSink):
         self.view: Any = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._t0 = time.monotonic()
         self._chart_at = 0.0
         self._chart_cost = 0.0
@@ -303,8 +305,12 @@ class LiveTextSink(TextSink):
         self.view = RunView(visible, "jupyter-dist: live output of the ranks")
         self._t0 = time.monotonic()
         if self.view.active:
-            self._thread = threading.Thread(target=self._tick, name="jupyter-dist-view", daemon=True)
-            self._thread.start()
+            # text and chart on their own threads: a chart takes 0.1-2 s to draw on a busy machine
+            # (the first one imports matplotlib), and the text must keep streaming meanwhile
+            self._threads = [threading.Thread(target=self._tick, name="jupyter-dist-view", daemon=True),
+                             threading.Thread(target=self._chart_loop, name="jupyter-dist-chart", daemon=True)]
+            for t in self._threads:
+                t.start()
 
     def lines(self, rank: int, stream: str, lines: list[str]) -> None:
         lines = [line for line in lines if not self.metrics.add_line(rank, line)]
@@ -325,6 +331,7 @@ class LiveTextSink(TextSink):
             super().collected(rank, item)
 
     def _tick(self) -> None:
+        lowest_priority()
         while not self._stop.wait(self.UPDATE_S):
             try:
                 with self._lock:
@@ -332,8 +339,16 @@ class LiveTextSink(TextSink):
             except Exception:  # noqa: BLE001 - a view glitch must never stop the run
                 pass
 
+    def _chart_loop(self) -> None:
+        lowest_priority()
+        with contextlib.suppress(Exception):
+            from .views import charts  # noqa: F401 - imports matplotlib now, before the first points
+        while not self._stop.wait(self.UPDATE_S):
+            with contextlib.suppress(Exception):  # a view glitch must never stop the run
+                self.refresh_chart()
+
     def refresh(self) -> None:
-        """Push what changed to the widget (called by the timer thread under the lock)."""
+        """Push the text that changed to the widget (called by the timer thread under the lock)."""
         from .views.ranks import ALL, render_html
 
         view = self.view
@@ -345,22 +360,33 @@ class LiveTextSink(TextSink):
             tail = self.model.tails.get(key)
             if tail is not None:
                 view.set_html(key, render_html(tail, self.LIVE_LINES, self.model, labelled=key == ALL))
-        if self.metrics.version != self._chart_version and not self.metrics.empty:
-            now = time.monotonic()
-            if now - self._chart_at >= max(1.0, 20 * self._chart_cost):
-                from .views.charts import metrics_png
 
-                png = metrics_png(self.metrics, dpi=72)
-                self._chart_cost = time.monotonic() - now
-                self._chart_at = time.monotonic()
-                self._chart_version = self.metrics.version
-                if png:
-                    view.set_chart(png)
+    def refresh_chart(self) -> bool:
+        """Redraw the live chart when new metrics came and the throttle allows: from a copy taken
+        under the lock, drawn outside it, so output keeps flowing while it draws."""
+        view = self.view
+        if view is None or not view.active:
+            return False
+        with self._lock:
+            if self.metrics.version == self._chart_version or self.metrics.empty:
+                return False
+            if time.monotonic() - self._chart_at < max(self.CHART_S, 50 * self._chart_cost):  # <= 2% of a core
+                return False
+            store, version = self.metrics.copy(), self.metrics.version
+        from .views.charts import metrics_png
+
+        t = time.monotonic()
+        png = metrics_png(store, dpi=72, fast=True)
+        self._chart_cost = time.monotonic() - t
+        self._chart_at, self._chart_version = time.monotonic(), version
+        if png:
+            view.set_chart(png)
+        return True
 
     def finish(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        for t in self._threads:
+            t.join(5)
         with self._lock:
             if self.view is not None:
                 self.view.close()
@@ -394,6 +420,17 @@ class LiveTextSink(TextSink):
         if text:
             sys.stdout.write("\n".join(text) + "\n")
             sys.stdout.flush()
+
+
+def lowest_priority() -> None:
+    """Run the calling thread at nice 19 (Linux schedules each thread on its own), so drawing the
+    live view yields to the kernel's main thread. Not SCHED_IDLE: that runs only when a core would
+    be idle, and CPU-bound ranks keep every core busy, so the live view froze for the whole run
+    (holding the lock the runner needs to hand on output)."""
+    tid = getattr(threading, "get_native_id", lambda: 0)()
+    if hasattr(os, "setpriority") and tid:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, tid, 19)
 
 
 def default_sink() -> OutputSink:

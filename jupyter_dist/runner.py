@@ -90,7 +90,7 @@ class Runner:
         client = cluster.client
         sink = sink or self.sink_factory()
         states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id) for r in ex.ranks}
-        logs = RankLogs(STATE_DIR / "logs" / time.strftime("%Y%m%d-%H%M%S-") / uuid.uuid4().hex[:6], ex.layout.world_size)
+        logs = RankLogs(STATE_DIR / "logs" / (time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]), ex.layout.world_size)
         # every rank of the layout: a node leader may print lines of ranks it launched (torchrun)
         sink.start(ex.layout.places(), ex.shown, logs)
         t0 = time.monotonic()

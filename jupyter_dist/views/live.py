@@ -6,6 +6,7 @@ notebook; what stays is what the caller prints or displays once the run is over.
 
 from __future__ import annotations
 
+import contextlib
 import html
 from typing import Any
 
@@ -47,8 +48,14 @@ class LiveArea:
             self.widget.value = f"<pre style='margin:0;max-height:30em;overflow:auto'>{html.escape(text)}</pre>"
 
     def close(self) -> None:
+        """Empty, then close: a headless run keeps the last state of every widget (see RunView.close)."""
         if self.widget is not None:
-            self.widget.close()
+            with contextlib.suppress(Exception):
+                self.widget.value = ""
+                self.widget.layout.display = "none"
+            for part in (self.widget.layout, self.widget.style, self.widget):
+                with contextlib.suppress(Exception):
+                    part.close()
             self.widget = None
 
 
@@ -118,11 +125,22 @@ class RunView:
             self.chart.layout.display = None
 
     def close(self) -> None:
+        """Hide and empty the view, then close it. A notebook executed headless (nbconvert) keeps
+        every widget's last state, closed or not, and an HTML report draws it: hidden and empty,
+        it draws nothing and stores no stale copy beside the static output."""
         if self.box is None:
             return
+        with contextlib.suppress(Exception):
+            self.box.layout.display = "none"
+            self.chart.value = b""
+            self.status.value = ""
+            for w in self.html.values():
+                w.value = ""
         seen: set[int] = set()
         for w in self._widgets:
-            if id(w) not in seen:
-                seen.add(id(w))
-                w.close()
-        self.box = None
+            for part in (getattr(w, "style", None), getattr(w, "layout", None), w):
+                if part is not None and id(part) not in seen and hasattr(part, "close"):
+                    seen.add(id(part))
+                    part.close()
+        self.box = self.chart = self.status = None
+        self.html = {}

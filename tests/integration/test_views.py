@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -29,6 +30,90 @@ def captured(shell, flags: str, cell: str):
     return cap
 
 
+# a pandas-like table: displays as an HTML table beside its text (pandas itself is not a dependency)
+TABLE_CLASS = """
+class Table:
+    def _repr_html_(self):
+        return "<table><tr><th>step</th><th>loss</th></tr><tr><td>29</td><td>0.033</td></tr></table>"
+    def __repr__(self):
+        return "step loss / 29 0.033"
+"""
+
+KERNEL_CELL = "%%distrun -f pytorch -N 1 -n 2" + TABLE_CLASS + """
+import os, time, jupyter_dist
+from tqdm.auto import tqdm
+r = int(os.environ["RANK"])
+print("hello from", r)
+for i in tqdm(range(30)):
+    time.sleep(0.03)
+    jupyter_dist.report(step=i, samples=8, loss=1.0 / (i + 1))
+if r == 1:
+    from IPython.display import display
+    display(Table())
+    time.sleep(1)  # the live view draws it before the run ends
+"""
+
+
+def kernel_messages(kc, code: str, timeout: float = 180) -> list[dict]:
+    msg_id = kc.execute(code)
+    msgs = []
+    while True:
+        msg = kc.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") == msg_id or msg["msg_type"].startswith("comm"):
+            msgs.append(msg)
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status" \
+                and msg["content"]["execution_state"] == "idle":
+            return msgs
+
+
+def test_live_view_in_a_real_kernel():
+    """Runs first, with its own kernel and cluster, stopped before the module's cluster starts."""
+    import os
+
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", env={**os.environ})
+    try:
+        kernel_messages(kc, "%load_ext jupyter_dist")
+        msgs = kernel_messages(kc, KERNEL_CELL)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+    errors = [m["content"]["traceback"] for m in msgs if m["msg_type"] == "error"]
+    assert not errors, "\n".join(errors[0])
+    shown = [m["content"]["data"] for m in msgs if m["msg_type"] == "display_data"]
+    views = [d for d in shown if d.get("text/plain") == "jupyter-dist: live output of the ranks"]
+    assert len(views) == 1 and "application/vnd.jupyter.widget-view+json" in views[0]
+    states = [m["content"]["data"].get("state", {}) for m in msgs if m["msg_type"] in ("comm_open", "comm_msg")]
+    assert any(st.get("titles") == ["all ranks", "rank 0", "rank 1"] for st in states)
+    live = [st["value"] for st in states if isinstance(st.get("value"), str)]
+    assert any("hello from 1" in v and "[rank 1]" in v for v in live)  # the all-ranks tab, streamed
+    assert any("%|" in v and "30/30" not in v for v in live)  # the tqdm bar while it runs
+    text = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+    for r in range(2):
+        assert f"[rank {r}] hello from {r}" in text
+        assert sum(line.startswith(f"[rank {r}] !") and "30/30" in line for line in text.splitlines()) == 1
+    assert [d["text/plain"] for d in shown if "image/png" in d] == [
+        "<jupyter-dist chart: samples/s by rank and their sum; loss by step; 2 rank(s)>"]
+    assert "run summary: samples/s from report(), 2 rank(s)" in text
+    # the table: drawn live under rank 1, then kept after the run, after the rank's label
+    assert any("<table>" in v and "[rank 1]" in v for v in live)
+    tables = [d for d in shown if "<table>" in d.get("text/html", "")]
+    assert len(tables) == 1 and tables[0]["text/plain"] == "step loss / 29 0.033"
+    assert "[rank 1] display:" in text
+    # the engines' start: engines registered of total and the time, live, then one line
+    assert any(re.search(r"starting engines: [0-2]/2 registered \(\d+\.\d s\)", v) for v in live)
+    assert re.search(r"jupyter-dist: 2 engines started in \d+\.\d s", text)
+    # closed views are left empty: a headless run saves every widget's last state (HTML reports draw it)
+    values: dict[str, list[str]] = {}
+    for m in msgs:
+        if m["msg_type"] in ("comm_open", "comm_msg") and "value" in m["content"]["data"].get("state", {}):
+            values.setdefault(m["content"]["comm_id"], []).append(m["content"]["data"]["state"]["value"])
+    progress = [v for v in values.values() if any("starting engines" in x for x in v if isinstance(x, str))]
+    assert progress and all(v[-1] == "" for v in progress)
+    assert all(v[-1] in ("", b"") for v in values.values() if any(isinstance(x, str) and "hello from" in x for x in v))
+
+
 def test_every_line_of_every_rank_labelled_in_order(shell):
     cap = captured(shell, "-f pytorch -N 2 -n 2", """
         import os, sys
@@ -49,20 +134,25 @@ def test_every_line_of_every_rank_labelled_in_order(shell):
 
 
 def test_rank_image_and_tqdm_bar(shell):
-    cap = captured(shell, "-N 2 -n 2", f"""
+    cap = captured(shell, "-N 2 -n 2", TABLE_CLASS + textwrap.dedent(f"""
         import os, base64, time
         from tqdm.auto import tqdm
         r = int(os.environ["RANK"])
         for i in tqdm(range(15), desc=f"rank{{r}}"):
             time.sleep(0.02)
+        from IPython.display import Image, display
         if r == 1:
-            from IPython.display import Image, display
             display(Image(data=base64.b64decode("{PNG_B64}")))
+        if r == 2:
+            display(Table())
         print("after", r)
-        """)
+        """))
     images = [o for o in cap.outputs if "image/png" in o.data]
     assert len(images) == 1
     assert "[rank 1|node 0] display:" in cap.stdout
+    tables = [o.data for o in cap.outputs if "<table>" in o.data.get("text/html", "")]
+    assert len(tables) == 1 and tables[0]["text/plain"] == "step loss / 29 0.033"
+    assert "[rank 2|node 1] display:" in cap.stdout
     for r in range(4):
         bars = [line for line in cap.stderr.splitlines() if line.startswith(f"[rank {r}|") and f"rank{r}" in line]
         assert len(bars) == 1 and "100%" in bars[0] and "\r" not in bars[0]  # once, in its final state

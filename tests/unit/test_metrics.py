@@ -195,3 +195,13 @@ def test_a_large_batch_is_merged_with_exact_units(rank_side, monkeypatch):
     assert len(payload["t"]) == 10 and sum(payload["samples"]) == 190
     assert payload["step"][0] == 9 and payload["step"][-1] == 94 and payload["t"][-1] == clock["t"]
     assert payload["scalars"]["loss"][0] == pytest.approx(0.5)
+
+
+def test_copy_is_not_changed_by_later_batches():
+    store = m.MetricsStore(t0=0.0)
+    store.add(0, {"t": [1.0, 2.0], "samples": [8, 8], "scalars": {"loss": [0.5, 0.4]}})
+    snap = store.copy()
+    store.add(0, {"t": [3.0], "samples": [8], "scalars": {"loss": [0.3], "acc": [0.9]}})
+    assert snap.version == 1 and store.version == 2
+    assert snap.ranks[0].t == [1.0, 2.0] and snap.ranks[0].scalars == {"loss": [0.5, 0.4]}
+    assert snap.mean_rates()[0].rate == 8.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -160,8 +161,11 @@ def test_live_sink_metrics_draw_a_live_and_a_static_chart(live, capsys):
         sink.collected(rank, {"key": "metrics", "data": {
             "t": [sink.metrics.t0 + 1 + 0.1 * i for i in range(20)], "samples": [16] * 20,
             "scalars": {"loss": [1.0 / (i + 1) for i in range(20)]}}})
-    sink.refresh()
-    assert FakeView.instances[0].charts and FakeView.instances[0].charts[0][:4] == b"\x89PNG"
+    sink.refresh_chart()  # or the chart thread did: either way one chart, drawn from a copy
+    deadline = time.monotonic() + 10
+    while not FakeView.instances[0].charts and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert FakeView.instances[0].charts[0][:4] == b"\x89PNG"
     sink.finish()
     chart = displayed[-1]
     assert chart["text/plain"] == "<jupyter-dist chart: samples/s by rank and their sum; loss by step; 2 rank(s)>"
