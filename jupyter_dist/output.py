@@ -239,18 +239,24 @@ class TextSink:
 
 
 class RankLogs:
-    """Per-rank log files of one run, readable by their owner only. Whole lines only, settled."""
+    """Per-rank log files of one run, readable by their owner only. Whole lines only, settled.
+
+    A rank's file is opened by its first line: a run whose ranks print nothing opens none."""
 
     def __init__(self, root: Path, world_size: int) -> None:
         self.dir = root
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         self.paths = {r: self.dir / f"rank-{r}.log" for r in range(world_size)}
-        self._files = {}
-        for r, path in self.paths.items():
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            self._files[r] = os.fdopen(fd, "w", encoding="utf-8")
+        self._files: dict[int, Any] = {}
         self.counts = dict.fromkeys(self.paths, 0)
+
+    def _file(self, rank: int) -> Any:
+        f = self._files.get(rank)
+        if f is None:
+            fd = os.open(self.paths[rank], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            f = self._files[rank] = os.fdopen(fd, "w", encoding="utf-8")
+        return f
 
     def write(self, rank: int, stream: str, lines: list[str]) -> None:
         from .metrics import LINE_PREFIX
@@ -258,7 +264,7 @@ class RankLogs:
         kept = [line for line in lines if not is_provisional(line) and not line.startswith(LINE_PREFIX)]
         if not kept:
             return
-        f = self._files[rank]
+        f = self._file(rank)
         prefix = "" if stream == "stdout" else "[stderr] "
         f.write("".join(f"{prefix}{line}\n" for line in kept))
         self.counts[rank] += len(kept)
