@@ -30,8 +30,9 @@ PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$", re.S)
 MPI_LAUNCH_VARS = ("PMIX_", "PRTE_", "OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS",
                    "OMPI_APP_CTX", "OMPI_NUM_APP_CTX", "OMPI_FILE_LOCATION", "OMPI_ARGV", "OMPI_COMMAND",
                    "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_orte", "OMPI_MCA_prte", "OMPI_MCA_initial_wdir")
-# torchrun's log lines about copying error files to the agent's (it has none: that is fine)
-NOISE = re.compile(r"no error file defined for parent")
+# torchrun's own log lines ("W1202 18:53:03.844000 23614 path:line] ..."): held to the end of
+# the run, and dropped when a worker's error file says what went wrong
+AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 STOP_GRACE_S = 5.0
 _last_dir: dict[str, str] = {}
 
@@ -48,6 +49,7 @@ def worker_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
 
 def run(plan: dict[str, Any], cell: str | None) -> None:
     """Launch this node's torchrun over `cell` (or `plan["script"]`) and wait for it."""
+    __tracebackhide__ = True  # the cell's error report shows the worker's error, not this frame
     from .torchrun import torchrun_command
 
     node = int(os.environ["NODE_RANK"])
@@ -69,9 +71,11 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
         _stream(proc, echo)
         code = proc.wait()
     except BaseException:
-        _stop(proc)
+        _stop(proc)  # interrupted (by the user, or because a peer failed): torchrun's logs are dropped
         raise
-    if code != 0:
+    if code == 0:
+        echo.release()
+    else:
         message, found = failure_message(log_dir, echo.agent_lines, node, procs, code)
         if not found:
             echo.release()  # no error file: torchrun's own report is the best account
@@ -92,13 +96,15 @@ class Echo:
     """Prints torchrun's lines as they come; `[defaultL]:` lines belong to worker L.
 
     torchrun's own failure report (a traceback of the agent and a summary of what the error
-    files say) is held back: the worker's error is shown from its error file instead.
+    files say) and its log lines are held back: a failed worker's error is shown from its error
+    file instead; without one, or when all went well, they are shown at the end.
     """
 
     def __init__(self, first_rank: int) -> None:
         self.first_rank = first_rank
         self.agent_lines: list[str] = []
         self.held: list[tuple[IO[str], str]] = []
+        self.failing = False  # torchrun's failure report has begun
 
     def line(self, line: str, sink: IO[str]) -> None:
         m = PREFIX.match(line)
@@ -106,7 +112,11 @@ class Echo:
             sink.write(engine.relabel(self.first_rank + int(m.group(1)), m.group(2)) + "\n")
         else:
             self.agent_lines.append(line)
-            if self.held or line.startswith("Traceback (most recent call last)") or NOISE.search(line):
+            if self.failing or line.startswith("Traceback (most recent call last)"):
+                self.failing = True
+                self.held.append((sink, line))
+                return
+            if AGENT_LOG.match(line):
                 self.held.append((sink, line))
                 return
             sink.write(line + "\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..layout import Layout
 from ..spec import RunSpec
@@ -45,6 +45,11 @@ class Framework:
     def cell_code(self, ctx: RunContext, code: str) -> str:
         """What the cell ranks execute; a per-node launcher (torchrun) wraps the user's code here."""
         return code
+
+    def stale_engines(self, cluster: Any, spec: RunSpec, backend: str) -> str | None:
+        """Once engines of the run's shape are up: why they must restart first (a sentence), or None.
+        TensorFlow's processes join one cluster for their life; other frameworks need nothing."""
+        return None
 
     def install_hint(self) -> str:
         if self.extra:

@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
 TRAIN = textwrap.dedent(
     """
     import os, torch, torch.distributed as dist
+    import jupyter_dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     dist.init_process_group("gloo")
     env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")}
@@ -23,13 +24,15 @@ TRAIN = textwrap.dedent(
     model = DDP(torch.nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(dist.get_rank())
-    for _ in range(3):
+    for step in range(3):
         x = torch.randn(8, 4, generator=gen)
         loss = model(x).pow(2).mean()
         opt.zero_grad(); loss.backward(); opt.step()
+        jupyter_dist.report(step=step, samples=8, loss=loss.item())   # from the worker to the notebook's chart
     digest = round(float(sum(p.sum() for p in model.parameters())), 6)
     print("env", env, "elastic", "TORCHELASTIC_RUN_ID" in os.environ, "mpi", "OMPI_COMM_WORLD_RANK" in os.environ)
     print(f"trained rank={dist.get_rank()} world={dist.get_world_size()} digest={digest}")
+    dist.barrier()
     dist.destroy_process_group()
     """
 )
@@ -46,6 +49,8 @@ def test_workers_get_torchrun_env_and_agree(distrun):
         assert m, out
         digests.add(m.group(1))
     assert len(digests) == 1  # DDP kept the replicas identical
+    assert "run summary: samples/s from report(), 4 rank(s)" in out  # every worker's report() arrived
+    assert "jupyter-dist-metrics" not in out  # and was taken out of the workers' output
 
 
 def test_rerun_says_nothing_new_and_runs(distrun):
