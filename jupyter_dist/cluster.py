@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from IPython.core.error import UsageError
 
 from . import engine as engine_side
+from . import hosts as hostmod
 from .layout import free_ports
 
 STATE_DIR = Path(os.environ.get("JUPYTER_DIST_DIR", Path.home() / ".jupyter_dist"))
@@ -54,11 +57,29 @@ def open_mpi_env(world_size: int, cores: int, all_local: bool = True) -> tuple[d
     return env, notes
 
 
+def check_shape(shape: ClusterShape, family: str = "") -> None:
+    """What this version cannot start, as one sentence naming the flag (before anything starts)."""
+    if shape.launcher == "ssh":
+        if not hostmod.has_remote(shape.hosts):
+            raise UsageError("--launcher ssh starts engines on other hosts: name them with --hosts or --hostfile.")
+        if len(set(shape.hosts)) != len(shape.hosts) or any(":" in h for h in shape.hosts):
+            raise UsageError("--launcher ssh needs distinct host names or IPv4 addresses in --hosts, one per node.")
+        if family == "mpi":
+            raise UsageError("-f mpi needs one MPI world, which --launcher ssh does not make: use --launcher mpi.")
+    if shape.launcher == "local" and hostmod.has_remote(shape.hosts):
+        raise UsageError("--launcher local starts engines on this host only: use --launcher mpi with --hosts.")
+    if shape.launcher not in ("mpi", "local", "slurm", "ssh"):
+        raise UsageError(f"--launcher {shape.launcher} is not supported yet.")
+
+
 @dataclass(frozen=True)
 class ClusterShape:
     launcher: str
     world_size: int
     hosts: tuple[str, ...]
+    # --launcher slurm only: the job's node count and sbatch options (a change means a new job)
+    slurm_nodes: int = 0
+    slurm: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -87,6 +108,10 @@ class EngineCluster:
     _watchdog: subprocess.Popen | None = None
     inherited_env: frozenset[str] = frozenset()
     _controller_ports: tuple[int, ...] | None = None
+    # engines on other hosts: each node's address (node 0's is MASTER_ADDR) and fabric, as seen there
+    node_addrs: tuple[str, ...] = ()
+    node_fabrics: tuple[Any, ...] = ()
+    controller_ip: str = "127.0.0.1"
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -142,8 +167,10 @@ class EngineCluster:
     def start(self, shape: ClusterShape, progress: Callable[[int, int, float], None] | None = None) -> None:
         import ipyparallel as ipp
 
-        if shape.launcher not in ("mpi", "local"):
-            raise NotImplementedError(f"--launcher {shape.launcher} is not supported yet")
+        check_shape(shape)
+        remote = shape.launcher in ("mpi", "ssh") and hostmod.has_remote(shape.hosts)
+        controller_ip = hostmod.controller_address(shape.hosts, os.environ) if remote else "127.0.0.1"
+        self.controller_ip = controller_ip
         self.state = "starting"
         self._notify()
         cluster_id = f"jd-{os.getpid()}-{secrets.token_hex(3)}"
@@ -151,25 +178,44 @@ class EngineCluster:
         profile_dir.mkdir(parents=True, exist_ok=True)
         for d in (STATE_DIR, STATE_DIR / "profiles", profile_dir):
             os.chmod(d, 0o700)
-        engines = "mpi" if shape.launcher == "mpi" else "local"
+        engines = {"mpi": "mpi", "ssh": "ssh"}.get(shape.launcher, "local")
         cluster = ipp.Cluster(
             profile_dir=str(profile_dir),
             cluster_id=cluster_id,
             engines=engines,
             n=shape.world_size,
-            controller_ip="127.0.0.1",
+            controller_ip=controller_ip,
+            # one broadcast scheduler: its tree's inner links would listen on loopback
+            controller_args=["--IPController.broadcast_scheduler_depth=0"] if remote else [],
             log_level=40,
             shutdown_atexit=True,
         )
-        env, notes = open_mpi_env(shape.world_size, os.cpu_count() or 1, all_local=not shape.hosts)
+        # a remote host's slots are its ranks (the host file says so): no oversubscription there
+        cores = shape.world_size if remote else os.cpu_count() or 1
+        env, notes = open_mpi_env(shape.world_size, cores, all_local=not remote)
         env["PYTHONUNBUFFERED"] = "1"
         if shape.launcher == "mpi":
             mpiexec = find_mpiexec()
             if mpiexec is None:
                 raise RuntimeError("mpiexec not found")
             cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec]
-            cluster.config.MPIEngineSetLauncher.mpi_args = ["--bind-to", "none"]
+            args = ["--bind-to", "none"]
+            if remote:
+                args += self._remote_mpi_args(shape, profile_dir, mpiexec, controller_ip, env, notes)
+                # on a host without this profile directory (no shared home), the engine creates it
+                cluster.config.MPIEngineSetLauncher.engine_args = ["--IPEngine.auto_create=True"]
+            cluster.config.MPIEngineSetLauncher.mpi_args = args
             cluster.config.MPIEngineSetLauncher.environment = env
+        elif shape.launcher == "ssh":
+            notes = [self._configure_ssh(cluster, shape, controller_ip)]
+        elif shape.launcher == "slurm":
+            from .launchers_slurm import configure, job_from
+
+            mpiexec = find_mpiexec()
+            if mpiexec is None:
+                raise RuntimeError("mpiexec not found")
+            nodes = shape.slurm_nodes or 1
+            notes += configure(cluster, job_from(nodes, shape.world_size // nodes, shape.slurm), mpiexec, env)
         else:
             notes = []
             cluster.config.LocalEngineSetLauncher.environment = {"PYTHONUNBUFFERED": "1"}
@@ -184,17 +230,89 @@ class EngineCluster:
             self._wait_for_engines(client, shape.world_size, t0, progress)
             self._client = client
             self._map_ranks(shape)
+            if remote:
+                self._probe_nodes(shape, controller_ip)
             self._write_pidfile()
             lock_down(profile_dir)
         except BaseException:
             self.stop()
             raise
         self.shape = shape
-        ports = free_ports(1 + shape.world_size)
-        self.master_port, self.task_ports = ports[0], ports[1:]
+        if not remote:  # else node 0's engine chose them where they are used (_probe_nodes)
+            ports = free_ports(1 + shape.world_size)
+            self.master_port, self.task_ports = ports[0], ports[1:]
         self.applied = None
         self.state = "idle"
         self._notify()
+
+    @staticmethod
+    def _remote_mpi_args(
+        shape: ClusterShape, profile_dir: Path, mpiexec: str, controller_ip: str, env: dict[str, str], notes: list[str]
+    ) -> list[str]:
+        """mpiexec's host file, remote prefix and ssh agent; TCP limited to the network joining the hosts."""
+        ppn = shape.world_size // len(shape.hosts)
+        hostfile = profile_dir / "hostfile"
+        hostfile.write_text(hostmod.hostfile_text(shape.hosts, ppn))
+        addrs = [hostmod.resolve_host(h) for h in shape.hosts if not hostmod.is_local_host(h)]
+        include = hostmod.include_networks(controller_ip, hostmod.interface_prefixlen(controller_ip), addrs)
+        env.update(hostmod.multihost_mpi_env(include, os.environ))
+        ssh = hostmod.ssh_command(os.environ)
+        notes.append(
+            f"engines on {len(shape.hosts)} hosts ({', '.join(shape.hosts)}) started through {ssh or 'ssh'}; "
+            f"controller on {controller_ip}; MPI over TCP on {env.get('OMPI_MCA_btl_tcp_if_include', include)}"
+        )
+        prefix = str(Path(mpiexec).resolve().parent.parent)
+        return hostmod.mpiexec_host_args(str(hostfile), prefix=prefix, ssh=ssh)
+
+    @staticmethod
+    def _configure_ssh(cluster: Any, shape: ClusterShape, controller_ip: str) -> str:
+        """ipyparallel's SSH engine launcher: `-n` engines per host, each started by its own ssh;
+        the connection information travels in the environment (nothing copied with scp)."""
+        ppn = shape.world_size // len(shape.hosts)
+        ssh = shlex.split(hostmod.ssh_command(os.environ) or "ssh")
+        conf = cluster.config.SSHEngineSetLauncher
+        conf.engines = {h: ppn for h in shape.hosts}
+        conf.ssh_cmd = ssh
+        conf.scp_cmd = ["scp", *ssh[1:]]  # scp reads the same -F/-i/-o options; used for engine logs
+        conf.remote_python = sys.executable
+        conf.environment = {"PYTHONUNBUFFERED": "1"}
+        conf.engine_args = ["--IPEngine.auto_create=True"]
+        cluster.config.SSHEngineLauncher.to_send = []
+        return (f"engines on {len(shape.hosts)} hosts ({', '.join(shape.hosts)}) started one by one through "
+                f"{' '.join(ssh)}; controller on {controller_ip}")
+
+    def _ssh_ranks(self, shape: ClusterShape, ids: list[int], infos: list[dict[str, Any]]) -> dict[int, int]:
+        """engine id -> rank for --launcher ssh: node by the host the engine is on, local rank by id."""
+        ppn = shape.world_size // len(shape.hosts)
+        where = self._client[ids].apply_sync(hostmod.source_address, self.controller_ip)
+        wanted = [(h, hostmod.resolve_host(h)) for h in shape.hosts]
+        by_node: dict[int, list[int]] = {}
+        for eid, addr, info in zip(ids, where, infos, strict=True):
+            node = next((n for n, (h, a) in enumerate(wanted) if addr == a or info["host"] in (h, h.split(".")[0])), None)
+            if node is None:
+                raise RuntimeError(f"engine {eid} on {info['host']} ({addr}) is on none of --hosts {','.join(shape.hosts)}")
+            by_node.setdefault(node, []).append(eid)
+        ranks: dict[int, int] = {}
+        for node, eids in by_node.items():
+            if len(eids) != ppn:
+                raise RuntimeError(f"{len(eids)} engines on {shape.hosts[node]}, not {ppn}")
+            for local, eid in enumerate(sorted(eids)):
+                ranks[eid] = node * ppn + local
+        return ranks
+
+    def _probe_nodes(self, shape: ClusterShape, controller_ip: str) -> None:
+        """Each node's address (node 0's toward the controller, the others' toward node 0), its
+        fabric as detected on it, and ports free there: asked of each node's first engine."""
+        from .fabric import NodeFabric
+
+        ppn = shape.world_size // len(shape.hosts)
+        leaders = [self.engines[n * ppn].engine_id for n in range(len(shape.hosts))]
+        first = self._client[leaders[0]].apply_sync(hostmod.node_view, controller_ip, None, ppn)
+        master = first["addr"]
+        rest = self._client[leaders[1:]].apply_async(hostmod.node_view, master, master, ppn) if leaders[1:] else None
+        views = [first, *(rest.get(timeout=60) if rest is not None else [])]
+        self.node_addrs, self.task_ports, self.master_port = hostmod.node_plan(views)
+        self.node_fabrics = tuple(NodeFabric.from_json(v["fabric"]) for v in views)
 
     def _wait_for_engines(
         self, client: Any, n: int, t0: float, progress: Callable[[int, int, float], None] | None
@@ -255,7 +373,7 @@ class EngineCluster:
         """Whether the engines' launcher (mpiexec) is still there; it reports deaths as it ends."""
         es = self._engine_set()
         pid = getattr(es, "pid", None)
-        if not pid:
+        if not pid or pid < 0:  # none, or an ssh engine set (no local process)
             return False
         try:
             return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -270,9 +388,12 @@ class EngineCluster:
         client = self._client
         ids = sorted(client.ids)
         infos = client[ids].apply_sync(engine_side.identify)
+        ssh_ranks = self._ssh_ranks(shape, ids, infos) if shape.launcher == "ssh" else {}
         by_rank: dict[int, EngineInfo] = {}
         for eid, info in zip(ids, infos, strict=True):
-            if shape.launcher == "mpi":
+            if shape.launcher == "ssh":
+                rank = ssh_ranks[eid]
+            elif shape.launcher in ("mpi", "slurm"):
                 rank = info["mpi_rank"]
                 if rank is None or info["mpi_size"] != shape.world_size:
                     raise RuntimeError(f"engine {eid} reports no MPI world of {shape.world_size}")
@@ -315,7 +436,7 @@ class EngineCluster:
         if ctl is not None and getattr(ctl, "pid", None):
             pids.append(ctl.pid)
         for es in self._cluster.engines.values():
-            if getattr(es, "pid", None):
+            if (getattr(es, "pid", None) or 0) > 0:  # ssh engine sets have no local process (-1)
                 pids.append(es.pid)
         return pids
 
@@ -337,6 +458,8 @@ class EngineCluster:
                 self._watchdog.wait(5)
         self._cluster = self._client = self._watchdog = None
         self._controller_ports = None
+        self.node_addrs = self.node_fabrics = ()
+        self.controller_ip = "127.0.0.1"
         self.shape = None
         self.engines = []
         self.applied = None

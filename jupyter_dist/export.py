@@ -436,13 +436,18 @@ def script_text(spec: RunSpec, code: str | None, script_dir: str = ".") -> tuple
     from .layout import build_layout
 
     layout = build_layout(spec.nodes, spec.procs_per_node, spec.hosts, master_port=spec.master_port or DEFAULT_MASTER_PORT)
+    constants = framework_constants(envs)
+    if constants:
+        shown = ", ".join(f"{k}={v}" for k, v in constants.items())
+        notes.append(f"the script sets {shown} by default, as -f {spec.framework} did on this host; "
+                     "change it in the script where the cluster differs (GPUs, say).")
     baked: dict[str, object] = {
         "nodes": spec.nodes,
         "procs_per_node": spec.procs_per_node,
         "hosts": list(layout.hosts),
         "master_addr": layout.master_addr,
         "master_port": layout.master_port,
-        "env": {**framework_constants(envs), **spec.user_env},
+        "env": {**constants, **spec.user_env},
     }
     if family == "tensorflow":
         baked["tf_roles"] = tf_roles(spec, envs)

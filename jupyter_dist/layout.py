@@ -107,8 +107,18 @@ def build_layout(
         raise ValueError(f"{len(hosts)} hosts for {nodes} nodes")
     norm = tuple("127.0.0.1" if h in LOCAL_HOSTS else h for h in hosts)
     all_here = all(is_local_host(h) for h in norm)
-    master = "127.0.0.1" if all_here else norm[0]
+    master = master_address(norm, all_here)
     return Layout(nodes, procs_per_node, norm, master, master_port, task_ports)
+
+
+def master_address(hosts: tuple[str, ...], all_here: bool) -> str:
+    """Node 0 as every node reaches it: loopback only when all nodes are here. When node 0 is this
+    host among others, its name (the running cluster replaces it by the address node 0 uses)."""
+    if all_here:
+        return "127.0.0.1"
+    if is_local_host(hosts[0]):
+        return socket.getfqdn()
+    return hosts[0]
 
 
 def resolve_address(host: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from . import fabric, frameworks
-from .cluster import ClusterShape, EngineCluster, find_mpiexec
+from .cluster import ClusterShape, EngineCluster, check_shape, find_mpiexec
 from .defaults import STORE, DefaultsStore
 from .envs import rank_environments
 from .errors import OutputFetchError
@@ -82,6 +82,7 @@ class DistSession:
         notes = [note] if note else []
         if spec.master_port is not None and spec.master_port != self.cluster.master_port and port_in_use(spec.master_port):
             raise UsageError(f"--master-port {spec.master_port} is already in use on this host: choose another or leave it out.")
+        check_shape(self.shape_of(spec), fw.family)
         prepared = Prepared(spec, fw, backend, notes)
         # A layout with placeholder ports lets the framework check the shape before engines start.
         probe = build_layout(spec.nodes, spec.procs_per_node, spec.hosts, master_port=spec.master_port or 1)
@@ -101,6 +102,11 @@ class DistSession:
         """Engines of the right shape, the layout with real ports, every rank's environment."""
         spec = p.spec
         self.cluster.ensure(self.shape_of(spec), progress=start_progress(), say=say)
+        if why := p.framework.stale_engines(self.cluster, spec, p.backend):
+            say(why)
+            self.cluster.stop()
+            self.cluster.ensure(self.shape_of(spec), progress=start_progress(), say=say)
+            p.framework.stale_engines(self.cluster, spec, p.backend)  # records what the new engines join
         for note in self.cluster.notes:
             say(note)
         self.cluster.notes = []
@@ -109,17 +115,20 @@ class DistSession:
                 say(note)
                 self._said.add(note)
         p.notes = []
+        # engines on other hosts: each node's address as the others reach it, its own fabric
+        remote = bool(self.cluster.node_addrs)
         layout = build_layout(
-            spec.nodes, spec.procs_per_node, spec.hosts,
+            spec.nodes, spec.procs_per_node, self.cluster.node_addrs if remote else spec.hosts,
             master_port=spec.master_port or self.cluster.master_port,
             task_ports=self.cluster.task_ports,
         )
         ctx = RunContext(spec, layout, p.backend, inherited=self.cluster.inherited_env)
-        node = self.local_node()
-        fenv = fabric.fabric_env(node, backend=p.backend, ib=spec.ib, nccl_debug=spec.nccl_debug,
-                                 master_addr=layout.master_addr, all_local=layout.all_local)
+        nodes = self.cluster.node_fabrics if remote else (self.local_node(),) * layout.nodes
+        fenvs = {n: fabric.fabric_env(nodes[n], backend=p.backend, ib=spec.ib, nccl_debug=spec.nccl_debug,
+                                      master_addr=layout.master_addr, all_local=layout.all_local)
+                 for n in range(layout.nodes)}
         p.layout = layout
-        p.envs = rank_environments(ctx, p.framework, {n: fenv for n in range(layout.nodes)})
+        p.envs = rank_environments(ctx, p.framework, fenvs)
         hooks = p.framework.engine_hooks
         if p.backend == "nccl":
             hooks = ("jupyter_dist.engine:cuda_set_device", *hooks)

@@ -341,6 +341,16 @@ def test_names_from_earlier_cells_are_noted():
     assert not build("-f pytorch -N 2 -n 2", "import os\nx = [os.sep for _ in range(2)]", "torchrun").notes
 
 
+def test_framework_constants_are_kept_and_said(monkeypatch, tmp_path):
+    envs = [{"RANK": str(r), "MASTER_PORT": "1", "OMPI_COMM_WORLD_RANK": str(r), "DS_ACCELERATOR": "cpu",
+             "PER_RANK": str(r)} for r in range(4)]
+    assert E.framework_constants(envs) == {"DS_ACCELERATOR": "cpu"}
+    monkeypatch.setattr(E, "_framework_envs", lambda spec: envs)
+    exp = build("-f pytorch -N 2 -n 2 --env DS_ACCELERATOR=cuda", ENV_CELL, "torchrun", tmp_path / "s.py")
+    assert any("DS_ACCELERATOR=cpu by default" in n for n in exp.notes)
+    assert "'env': {'DS_ACCELERATOR': 'cuda'}" in exp.script.text  # --env wins over the framework
+
+
 # -- bad input ------------------------------------------------------------------------------------
 
 
