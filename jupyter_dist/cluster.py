@@ -12,7 +12,6 @@ import os
 import re
 import secrets
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -26,18 +25,11 @@ from IPython.core.error import UsageError
 
 from . import engine as engine_side
 from . import hosts as hostmod
+from .fabric import find_mpiexec
 from .layout import free_ports
 
 STATE_DIR = Path(os.environ.get("JUPYTER_DIST_DIR", Path.home() / ".jupyter_dist"))
 START_TIMEOUT = float(os.environ.get("JUPYTER_DIST_START_TIMEOUT", "180"))
-
-
-def find_mpiexec() -> str | None:
-    """`mpiexec` of this environment first (Open MPI from PyPI lives there), then PATH."""
-    here = Path(sys.prefix) / "bin" / "mpiexec"
-    if here.exists():
-        return str(here)
-    return shutil.which("mpiexec")
 
 
 def open_mpi_env(world_size: int, cores: int, all_local: bool = True) -> tuple[dict[str, str], list[str]]:
@@ -135,7 +127,7 @@ class EngineCluster:
             return False
         if any(e.engine_id not in ids for e in self.engines):
             return False
-        return all(psutil.pid_exists(e.pid) for e in self.engines if _is_here(e.host))
+        return all(pid_alive(e.pid) for e in self.engines if _is_here(e.host))
 
     def ensure(
         self,
@@ -489,7 +481,7 @@ class EngineCluster:
                 alive_ids = set(self._client.ids)
         ranks = []
         for e in self.engines:
-            dead = e.engine_id not in alive_ids or (_is_here(e.host) and not psutil.pid_exists(e.pid))
+            dead = e.engine_id not in alive_ids or (_is_here(e.host) and not pid_alive(e.pid))
             ranks.append({"rank": e.rank, "engine_id": e.engine_id, "pid": e.pid, "host": e.host,
                           "state": "dead" if dead else ("busy" if self.busy else "idle")})
         return {
@@ -529,6 +521,17 @@ def lock_down(root: Path) -> None:
         for name in filenames:
             with contextlib.suppress(OSError):
                 os.chmod(os.path.join(dirpath, name), 0o600)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this pid exists: a signal-0 probe, no /proc read (checked before every run)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _is_here(host: str) -> bool:

@@ -10,7 +10,6 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from . import spec as specmod
 from .azureml import config_to_flags
-from .cluster import find_mpiexec
 from .session import DistSession
 
 
@@ -33,7 +32,7 @@ class DistMagics(Magics):
             self.session.store.value,
             config=config,
             gpus_per_node=node.gpu_count,
-            mpiexec_found=find_mpiexec() is not None,
+            mpiexec_found=self.session.mpiexec_found(),
         )
 
     @no_var_expand

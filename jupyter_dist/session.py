@@ -56,12 +56,19 @@ class DistSession:
     last: LastRun | None = None
     last_outcome: RunOutcome | None = None
     _local_node: Any = None
+    _mpiexec_found: bool | None = None
     _said: set[str] = field(default_factory=set)  # one-line notes already shown this session
 
     def __post_init__(self) -> None:
         self.runner = Runner(self.cluster, self.sink_factory)
 
     # -- checks (no side effects) ------------------------------------------------------
+
+    def mpiexec_found(self) -> bool:
+        """Whether an `mpiexec` is here, looked up once (the default launcher depends on it)."""
+        if self._mpiexec_found is None:
+            self._mpiexec_found = find_mpiexec() is not None
+        return self._mpiexec_found
 
     def local_node(self) -> Any:
         if self._local_node is None:
@@ -238,7 +245,7 @@ class DistSession:
     def default_shape(self) -> ClusterShape:
         d = self.store.value
         procs = d.procs_per_node or (self.local_node().gpu_count or 2)
-        launcher = d.launcher or ("mpi" if find_mpiexec() else "local")
+        launcher = d.launcher or ("mpi" if self.mpiexec_found() else "local")
         nodes = len(d.hosts) if d.hosts else d.nodes
         return ClusterShape(launcher, nodes * procs, tuple(d.hosts))
 
