@@ -62,6 +62,11 @@ def check_shape(shape: ClusterShape, family: str = "") -> None:
         raise UsageError("--launcher local starts engines on this host only: use --launcher mpi with --hosts.")
     if shape.launcher not in ("mpi", "local", "slurm", "ssh"):
         raise UsageError(f"--launcher {shape.launcher} is not supported yet.")
+    if shape.launcher == "slurm":
+        from .launchers_slurm import job_from
+
+        nodes = shape.slurm_nodes or 1
+        job_from(nodes, shape.world_size // nodes, shape.slurm)  # a bad option fails here, not at sbatch
 
 
 @dataclass(frozen=True)

@@ -107,3 +107,11 @@ def test_controller_address_can_be_given():
     assert controller_ip(job_from(2, 2, environ={}), {"JUPYTER_DIST_CONTROLLER_IP": "10.1.2.3"}) == "10.1.2.3"
     with pytest.raises(UsageError, match="JUPYTER_DIST_CONTROLLER_IP"):
         controller_ip(job_from(2, 2, environ={}), {"JUPYTER_DIST_CONTROLLER_IP": "head-node"})
+
+
+def test_a_bad_slurm_option_fails_in_the_shape_check_before_anything_starts():
+    from jupyter_dist.cluster import ClusterShape, check_shape
+
+    check_shape(ClusterShape("slurm", 2, (), slurm_nodes=1, slurm=(("time", "00:10:00"),)))
+    with pytest.raises(UsageError, match="--time 'soon' is not a valid Slurm time"):
+        check_shape(ClusterShape("slurm", 2, (), slurm_nodes=1, slurm=(("time", "soon"),)))
