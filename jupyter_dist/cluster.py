@@ -422,8 +422,13 @@ class EngineCluster:
         return Path(self._cluster.profile_dir) / "jupyter-dist.pids"
 
     def _write_pidfile(self) -> None:
+        """What the watchdog stops if the kernel dies: local pids, and the engines' Slurm job."""
         pids = self._cluster_pids() + [e.pid for e in self.engines if _is_here(e.host)]
-        self._pidfile.write_text(" ".join(map(str, sorted(set(pids)))))
+        tokens = [str(p) for p in sorted(set(pids))]
+        job_id = getattr(self._engine_set(), "job_id", None)
+        if job_id:
+            tokens.append(f"slurm:{job_id}")
+        self._pidfile.write_text(" ".join(tokens))
 
     def _cluster_pids(self) -> list[int]:
         pids = []

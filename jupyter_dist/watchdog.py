@@ -2,22 +2,42 @@
 
 A kernel that is killed (restart, SIGKILL) runs no atexit handler; the controller, `mpiexec`
 and engines run in sessions of their own and would outlive it. This process, in its own
-session too, polls the kernel and kills every process listed in PIDFILE (and their children).
+session too, polls the kernel and kills every process listed in PIDFILE (and their children),
+and cancels the Slurm job listed there (`slurm:ID`), so that no job outlives the kernel.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import subprocess
 import sys
 import time
 
 import psutil
 
 
-def read_pids(path: str) -> list[int]:
+def read_tokens(path: str) -> list[str]:
     with contextlib.suppress(OSError), open(path) as f:
-        return [int(tok) for tok in f.read().split() if tok.isdigit()]
+        return f.read().split()
     return []
+
+
+def read_pids(path: str) -> list[int]:
+    return [int(tok) for tok in read_tokens(path) if tok.isdigit()]
+
+
+def read_slurm_jobs(path: str) -> list[str]:
+    """Slurm job ids (`slurm:ID` tokens): the engines' job, cancelled so it does not outlive the kernel."""
+    return [tok.split(":", 1)[1] for tok in read_tokens(path) if tok.startswith("slurm:") and tok[6:].isdigit()]
+
+
+def stop_all(pidfile: str) -> None:
+    jobs = read_slurm_jobs(pidfile)
+    kill_trees(read_pids(pidfile))
+    if jobs and shutil.which("scancel"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["scancel", *jobs], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
 
 
 def kill_trees(pids: list[int], grace: float = 3.0) -> None:
@@ -43,7 +63,7 @@ def main(argv: list[str]) -> int:
         kernel = psutil.Process(kernel_pid)
         started = kernel.create_time()
     except psutil.Error:
-        kill_trees(read_pids(pidfile))
+        stop_all(pidfile)
         return 0
     while True:
         try:
@@ -52,7 +72,7 @@ def main(argv: list[str]) -> int:
         except psutil.Error:
             break
         time.sleep(1.0)
-    kill_trees(read_pids(pidfile))
+    stop_all(pidfile)
     return 0
 
 

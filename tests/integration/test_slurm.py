@@ -219,6 +219,27 @@ def test_a_hung_rank_is_interrupted_and_the_job_stays(distrun, shell):
     assert [j for j in _jobs() if j[1].startswith("jupyter-dist-")] == before  # interrupted, not resubmitted
 
 
+def test_a_dead_kernel_leaves_no_job(distrun, shell):
+    """The watchdog (what runs when the kernel is killed) cancels the engines' job, not only local pids."""
+    import sys
+
+    import jupyter_dist
+
+    distrun("--launcher slurm --time 10 -f mpi -N 1 -n 2", "pass")
+    cluster = jupyter_dist.get_session().cluster
+    jobs = [j for j in _jobs() if j[1].startswith("jupyter-dist-")]
+    assert len(jobs) == 1 and f"slurm:{jobs[0][0]}" in cluster._pidfile.read_text().split()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a kernel pid that no longer exists: the watchdog stops everything at once
+    subprocess.run([sys.executable, "-m", "jupyter_dist.watchdog", str(gone.pid), str(cluster._pidfile)],
+                   check=True, timeout=60)
+    deadline = time.monotonic() + 30
+    while [j for j in _jobs() if j[1].startswith("jupyter-dist-")] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [j for j in _jobs() if j[1].startswith("jupyter-dist-")]
+    jupyter_dist.get_session().shutdown()
+
+
 def test_bad_partition_fails_with_slurms_words(distrun):
     with pytest.raises(Exception, match="invalid partition"):
         distrun("--launcher slurm --partition nosuch -f mpi -N 1 -n 2", "pass")
