@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from cells import ddp_cell
 
 from jupyter_dist.errors import RankFailure
 
@@ -12,23 +13,7 @@ pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
 
 ENV_KEYS = ["RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"]
 
-DDP_CELL = textwrap.dedent(
-    """
-    import torch, torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    dist.init_process_group("gloo", init_method="env://")
-    torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    gen = torch.Generator().manual_seed(dist.get_rank())   # each rank its own data
-    for step in range(10):
-        x = torch.randn(16, 8, generator=gen)
-        loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
-        opt.zero_grad(); loss.backward(); opt.step()
-    params = torch.cat([p.detach().flatten() for p in model.parameters()])
-    print(f"trained rank={dist.get_rank()} world={dist.get_world_size()}")
-    """
-)
+DDP_CELL = ddp_cell()
 
 
 def test_environment_on_every_rank(distrun, shell):

@@ -11,29 +11,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cells import ddp_cell
 
 from jupyter_dist.layout import free_ports
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 
 VENV_BIN = Path(sys.executable).parent
-DDP_CELL = textwrap.dedent(
-    """
-    import torch, torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    dist.init_process_group("gloo", init_method="env://")
-    torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    gen = torch.Generator().manual_seed(dist.get_rank())   # each rank its own data
-    for step in range(10):
-        x = torch.randn(16, 8, generator=gen)
-        loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
-        opt.zero_grad(); loss.backward(); opt.step()
-    params = torch.cat([p.detach().flatten() for p in model.parameters()])
-    print(f"trained rank={dist.get_rank()} world={dist.get_world_size()}")
-    """
-)
+DDP_CELL = ddp_cell()
 MPI_CELL = textwrap.dedent(
     """
     import os

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cells import ddp_cell
 
 import jupyter_dist
 from jupyter_dist.hosts import SSH_ENV
@@ -265,23 +266,10 @@ def test_cluster_listens_only_on_the_hosts_network(hosts_shell, distrun, two_hos
     # their host, like prterun on this one (docs/reliability.md).
 
 
-DDP_CELL = textwrap.dedent(
-    """
-    import torch, torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    dist.init_process_group("gloo", init_method="env://")
-    torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    gen = torch.Generator().manual_seed(dist.get_rank())   # each rank its own data
-    for step in range(5):
-        x = torch.randn(16, 8, generator=gen)
-        loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
-        opt.zero_grad(); loss.backward(); opt.step()
-    params = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
-    got = dict(rank=dist.get_rank(), world=dist.get_world_size(), params=params, addrs=addrs, env=env)
-    print(f"trained rank={dist.get_rank()} world={dist.get_world_size()}")
-    """
+DDP_CELL = ddp_cell(
+    steps=5,
+    result="params = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()\n"
+    "got = dict(rank=dist.get_rank(), world=dist.get_world_size(), params=params, addrs=addrs, env=env)",
 )
 
 
