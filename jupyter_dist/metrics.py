@@ -293,6 +293,9 @@ def text_progress_bars() -> None:
 # -- notebook side ------------------------------------------------------------------------
 
 UNITS = ("samples", "tokens", "steps")
+# Below this span a rate is mostly timer and scheduling noise (2 steps of a tiny model take
+# milliseconds): the summary says so instead of printing one.
+MIN_MEASURED_S = 0.1
 
 
 @dataclass
@@ -421,7 +424,10 @@ class MetricsStore:
         return sum(rates) if rates else None
 
     def rate_series(self, bins: int = 40) -> tuple[list[float], dict[int, list[float]], list[float]]:
-        """Rates by rank in time bins: (bin centres in s since the run started, {rank: rates}, sum).
+        """Rates by rank in time bins: (bin centres in s since the first record, {rank: rates}, sum).
+
+        The origin is the first record, not the run's start: a launcher's start-up (torchrun's
+        takes tens of seconds) would otherwise squeeze the training into the chart's right edge.
 
         Each rank's cumulative units are interpolated linearly between its records, so a bin's
         rate does not alias with the reporting interval. NaN where a rank was active for less
@@ -455,7 +461,8 @@ class MetricsStore:
         for i in range(nb):
             vals = [r[i] for r in by_rank.values() if not math.isnan(r[i])]
             total.append(sum(vals) if vals else math.nan)
-        centres = [float(x) for x in (edges[:-1] + width / 2 - self.t0)]
+        origin = min(t[0] for t, _ in ev.values() if t)
+        centres = [float(x) for x in (edges[:-1] + width / 2 - origin)]
         return centres, by_rank, total
 
     def scalar_series(self, name: str) -> dict[int, tuple[list[float], list[float]]]:
@@ -515,10 +522,17 @@ class RunSummary:
             return None
         return 100.0 * (1.0 - (self.slowest.rate or 0.0) / self.fastest.rate)
 
+    @property
+    def too_short(self) -> bool:
+        return self.seconds < MIN_MEASURED_S
+
     def lines(self) -> list[str]:
         u = f"{self.unit}/s"
         how = "from report()" if self.source == "report" else "counted from optimizer steps"
-        out = [f"jupyter-dist: run summary: {u} {how}, {len(self.rates)} rank(s), {self.seconds:.1f} s measured"]
+        head = f"jupyter-dist: run summary: {u} {how}, {len(self.rates)} rank(s), {self.seconds:.1f} s measured"
+        if self.too_short:
+            return [f"{head}: too short to measure a rate (under {MIN_MEASURED_S:g} s)", *self._scalar_lines()]
+        out = [head]
         for r in self.rates.values():
             out.append(f"  rank {r.rank}: {fmt_rate(r.rate)} {u}")
         if self.total is not None and len(self.rates) > 1:
@@ -528,9 +542,10 @@ class RunSummary:
                 f"  slowest: rank {self.slowest.rank} at {fmt_rate(self.slowest.rate)} {u}, "
                 f"{self.behind_pct:.1f}% behind the fastest (rank {self.fastest.rank})"
             )
-        for name, (first, last) in self.scalars.items():
-            out.append(f"  {name} (mean over ranks): first {first:.4g}, last {last:.4g}")
-        return out
+        return out + self._scalar_lines()
+
+    def _scalar_lines(self) -> list[str]:
+        return [f"  {name} (mean over ranks): first {first:.4g}, last {last:.4g}" for name, (first, last) in self.scalars.items()]
 
 
 def fmt_rate(rate: float | None) -> str:

@@ -33,12 +33,30 @@ MPI_LAUNCH_VARS = ("PMIX_", "PRTE_", "OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE", "
 # torchrun's own log lines ("W1202 18:53:03.844000 23614 path:line] ..."): held to the end of
 # the run, and dropped when a worker's error file says what went wrong
 AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
-STOP_GRACE_S = 5.0
+STOP_GRACE_S = 3.0  # under the runner's INTERRUPT_GRACE_S, so a stuck torchrun is killed before its engine is given up
 _last_dir: dict[str, str] = {}
 
 
 class TorchrunWorkerError(RuntimeError):
-    """A torchrun worker failed; the message names its global rank."""
+    """A torchrun worker failed; the message names its global rank.
+
+    The engine's IPython renders it with `_render_traceback_`: the worker's own traceback (from
+    its error file), not this agent's frame or the `__import__(...)` line that started it.
+    """
+
+    def __init__(self, message: str, worker_traceback: str = "") -> None:
+        super().__init__(message)
+        self.worker_traceback = worker_traceback
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self), *self.worker_traceback.rstrip("\n").splitlines()]
+
+
+class TorchrunStopped(KeyboardInterrupt):
+    """This node's torchrun was interrupted (by the user, or because a peer failed) and stopped."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"KeyboardInterrupt: {self}"]
 
 
 def worker_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
@@ -49,7 +67,6 @@ def worker_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
 
 def run(plan: dict[str, Any], cell: str | None) -> None:
     """Launch this node's torchrun over `cell` (or `plan["script"]`) and wait for it."""
-    __tracebackhide__ = True  # the cell's error report shows the worker's error, not this frame
     from .torchrun import torchrun_command
 
     node = int(os.environ["NODE_RANK"])
@@ -70,8 +87,10 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
     try:
         _stream(proc, echo)
         code = proc.wait()
-    except BaseException:
+    except BaseException as e:
         _stop(proc)  # interrupted (by the user, or because a peer failed): torchrun's logs are dropped
+        if isinstance(e, KeyboardInterrupt):
+            raise TorchrunStopped(f"torchrun on node {node} was stopped, with its workers") from None
         raise
     if code == 0:
         echo.release()
@@ -79,7 +98,7 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
         message, found = failure_message(log_dir, echo.agent_lines, node, procs, code)
         if not found:
             echo.release()  # no error file: torchrun's own report is the best account
-        raise TorchrunWorkerError(message) from None
+        raise TorchrunWorkerError(message, worker_traceback(log_dir) if found else "") from None
 
 
 def _fresh_dir() -> str:
@@ -170,8 +189,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def failure_message(log_dir: str, agent_lines: list[str], node: int, procs: int, code: int) -> tuple[str, bool]:
-    """The first failed worker, and whether its error file said why; else torchrun's summary."""
+def _error_files(log_dir: str) -> list[tuple[int, int, str, str]]:
+    """(timestamp, local rank, message, traceback) from each failed worker's error file."""
     errors = []
     for path in glob.glob(os.path.join(log_dir, "**", "error.json"), recursive=True):
         local = os.path.basename(os.path.dirname(path))
@@ -181,12 +200,26 @@ def failure_message(log_dir: str, agent_lines: list[str], node: int, procs: int,
             with open(path) as f:
                 msg = json.load(f)["message"]
             text = msg["message"] if isinstance(msg, dict) else str(msg)
-            stamp = int(msg.get("extraInfo", {}).get("timestamp", 0)) if isinstance(msg, dict) else 0
-        except (OSError, ValueError, KeyError, TypeError):
+            extra = msg.get("extraInfo", {}) if isinstance(msg, dict) else {}
+            stamp = int(extra.get("timestamp", 0))
+            stack = str(extra.get("py_callstack") or "")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        errors.append((stamp, int(local), text))
+        errors.append((stamp, int(local), text, stack))
+    return sorted(errors)
+
+
+def worker_traceback(log_dir: str) -> str:
+    """The first failed worker's traceback, as its error file holds it ("" if none)."""
+    errors = _error_files(log_dir)
+    return errors[0][3] if errors else ""
+
+
+def failure_message(log_dir: str, agent_lines: list[str], node: int, procs: int, code: int) -> tuple[str, bool]:
+    """The first failed worker, and whether its error file said why; else torchrun's summary."""
+    errors = _error_files(log_dir)
     if errors:
-        _, local, text = min(errors)
+        _, local, text, _ = errors[0]
         return f"{_who(node * procs + local, node, local)} failed: {text}", True
     summary = "\n".join(agent_lines)
     ranks = re.findall(r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)", summary)
@@ -222,12 +255,27 @@ def worker_main(argv: list[str]) -> None:
         frames = list(te.stack)
         first = next((i for i, f in enumerate(frames) if f.filename == script), 0)
         te.stack = traceback.StackSummary.from_list(frames[first:])
-        sys.stderr.write("".join(te.format()))
+        shown = "".join(te.format())
+        sys.stderr.write(shown)
         sys.stderr.flush()
         from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
-        ErrorHandler().record_exception(e)
+        handler = ErrorHandler()
+        handler.record_exception(e)
+        _trim_error_file(handler._get_error_file_path(), shown)
         sys.exit(1)
+
+
+def _trim_error_file(path: str | None, shown: str) -> None:
+    """Put the traceback from the script's frames on (not this wrapper's) in the error file."""
+    if not path:
+        return
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        with open(path) as f:
+            data = json.load(f)
+        data["message"]["extraInfo"]["py_callstack"] = shown
+        with open(path, "w") as f:
+            json.dump(data, f)
 
 
 if __name__ == "__main__":

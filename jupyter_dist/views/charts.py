@@ -62,12 +62,15 @@ def metrics_figure(store: MetricsStore, fast: bool = False) -> Any | None:
     if len(by_rank) > 1:
         ax.plot(centres, total, color="black", lw=2, label="sum")
     ax.set_title(unit + (" (optimizer steps)" if store.source == "auto" else ""), fontsize=10)
-    ax.set_xlabel("seconds since the run started")
+    # from the first record, so a launcher's start-up (torchrun's) does not crowd the training out
+    ax.set_xlabel("seconds since the first " + ("report()" if store.source == "report" else "optimizer step"))
     ax.set_ylim(bottom=0)
     if not centres:
         ax.text(0.5, 0.5, "not enough points yet", ha="center", va="center", transform=ax.transAxes)
-    elif by_rank:
-        ax.legend(fontsize=7, loc="lower right")
+    else:
+        ax.set_xlim(left=0)
+        if by_rank:
+            ax.legend(fontsize=7, loc="lower right")
     for ax, name in zip(axes[1:], scalars, strict=False):
         for rank, (xs, ys) in store.scalar_series(name).items():
             ax.plot(xs, ys, lw=1, alpha=0.8, label=f"rank {rank}" if legend else None)

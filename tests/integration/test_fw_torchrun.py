@@ -68,8 +68,13 @@ def test_failing_worker_named(shell, capsys):
     text = str(info.value)
     assert "torchrun worker rank 3 (node 1, local rank 1) failed: ValueError: bad shard" in text
     assert "[rank 3|node 1] ValueError: bad shard" in err  # the worker's own traceback, under its rank
-    print("\n".join(info.value._render_traceback_()))
-    print(err)
+    shown = "\n".join(info.value._render_traceback_())  # what the notebook shows
+    print(shown)
+    worker = re.search(r'Traceback \(most recent call last\):\n  File "[^"]*distrun_cell\.py", line 3, in <module>\n'
+                       r"    raise ValueError\('bad shard'\)\nValueError: bad shard", shown)
+    assert worker, shown  # the failing worker's traceback, from its error file
+    for plumbing in ("__import__", "_torchrun_agent", "jupyter_dist", "runpy", "selectors.py", "TorchrunWorkerError"):
+        assert plumbing not in shown.split("\nRankFailure: ")[0], plumbing  # no frame of ours in the report
 
 
 def test_script_mode_expands_local_rank(distrun, tmp_path):

@@ -193,5 +193,11 @@ def test_charts_png_and_captions():
     png = charts.metrics_png(store, dpi=50)
     assert png[:4] == b"\x89PNG"
     assert charts.metrics_caption(store) == "<jupyter-dist chart: steps/s by rank; 1 rank(s)>"
+    late = MetricsStore(t0=0.0)  # a launcher that took 25 s to start the training
+    late.add(0, {"t": [25.0 + 0.01 * i for i in range(20)], "samples": [8] * 20})
+    ax = charts.metrics_figure(late).axes[0]
+    assert ax.get_xlabel() == "seconds since the first report()"
+    lo, hi = ax.get_xlim()
+    assert lo == 0.0 and hi < 0.25  # the training fills the axis
     res = scaling_result([(ScalingPoint(1, 1, 1, 0.0, 4.0), None), (ScalingPoint(2, 1, 2, 0.0, 2.5), None)])
     assert charts.png_bytes(charts.scaling_figure(res), dpi=50)[:4] == b"\x89PNG"
