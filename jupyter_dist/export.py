@@ -415,6 +415,9 @@ TORCH_END = '''\
 
 _jd_dist = _sys.modules.get("torch.distributed")
 if _jd_dist is not None and _jd_dist.is_available() and _jd_dist.is_initialized():
+    # every rank is done before any leaves: a rank that exits first closes the store and
+    # connections its peers may still be reading, and their launcher reports a failed run
+    _jd_dist.barrier()
     _jd_dist.destroy_process_group()
 '''
 

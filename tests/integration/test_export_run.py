@@ -96,7 +96,7 @@ def test_torchrun_export_two_node_commands(shell, capsys, notebook_params, tmp_p
     nodes = [subprocess.Popen(["bash", str(tmp_path / "ddp.torchrun.sh")], env=dict(env, NODE_RANK=str(n)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (0, 1)]
     logs = [p.communicate(timeout=180)[0] for p in nodes]
-    assert [p.returncode for p in nodes] == [0, 0], logs
+    assert [p.returncode for p in nodes] == [0, 0], "\n".join(f"--- node {n}:\n{log[-3000:]}" for n, log in enumerate(logs))
     assert "trained rank=0 world=4" in logs[0] and "trained rank=3 world=4" in logs[1]
     same_params(saved(tmp_path, "params", 4), notebook_params)
 
