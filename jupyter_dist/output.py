@@ -241,12 +241,11 @@ class TextSink:
 class RankLogs:
     """Per-rank log files of one run, readable by their owner only. Whole lines only, settled.
 
-    A rank's file is opened by its first line: a run whose ranks print nothing opens none."""
+    The folder and a rank's file are made by its first line: a run whose ranks print nothing
+    writes nothing (and costs no file-system call)."""
 
     def __init__(self, root: Path, world_size: int) -> None:
         self.dir = root
-        self.dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.dir, 0o700)
         self.paths = {r: self.dir / f"rank-{r}.log" for r in range(world_size)}
         self._files: dict[int, Any] = {}
         self.counts = dict.fromkeys(self.paths, 0)
@@ -254,6 +253,9 @@ class RankLogs:
     def _file(self, rank: int) -> Any:
         f = self._files.get(rank)
         if f is None:
+            if not self._files:
+                self.dir.mkdir(parents=True, exist_ok=True)
+                os.chmod(self.dir, 0o700)
             fd = os.open(self.paths[rank], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             f = self._files[rank] = os.fdopen(fd, "w", encoding="utf-8")
         return f

@@ -6,6 +6,7 @@ Every error is an IPython `UsageError` whose message is one sentence naming the 
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import math
 import re
@@ -204,6 +205,13 @@ def _scaling(text: str) -> tuple[int, ...]:
 
 
 def parse_args(line: str) -> argparse.Namespace:
+    """The flags of one `%%distrun` line (a fresh namespace: callers may change it)."""
+    return copy.deepcopy(_parse_line(line))
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_line(line: str) -> argparse.Namespace:
+    # cached: a cell is re-run with the same line, and parsing is pure (errors are not cached)
     try:
         argv = shlex.split(line)
     except ValueError as e:
