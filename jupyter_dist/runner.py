@@ -70,6 +70,8 @@ class Runner:
     def __init__(self, cluster: EngineCluster, sink_factory: Callable[[], OutputSink] = TextSink) -> None:
         self.cluster = cluster
         self.sink_factory = sink_factory
+        self._views_key: tuple[int, tuple[int, ...]] | None = None
+        self._view_obj: Any = None
 
     # -- set-up --------------------------------------------------------------------
 
@@ -85,6 +87,14 @@ class Runner:
 
     # -- execution -----------------------------------------------------------------
 
+    def _view(self, client: Any, ids: tuple[int, ...]) -> Any:
+        """The DirectView on `ids`, kept while the client and engines are the same (one per cell
+        would cost a view's set-up on every run)."""
+        key = (id(client), ids)
+        if self._views_key != key:
+            self._views_key, self._view_obj = key, client[list(ids)]
+        return self._view_obj
+
     def execute(self, ex: Execution, sink: OutputSink | None = None) -> RunOutcome:
         cluster = self.cluster
         client = cluster.client
@@ -95,7 +105,7 @@ class Runner:
         sink.start(ex.layout.places(), ex.shown, logs)
         t0 = time.monotonic()
         cluster.set_busy(True)
-        ar = client[[s.engine_id for s in states.values()]].execute(ex.code, silent=False, block=False)
+        ar = self._view(client, tuple(s.engine_id for s in states.values())).execute(ex.code, silent=False, block=False)
         by_child = list(zip(ar._children, states.values(), strict=True))
         try:
             self._monitor(ar, by_child, ex, sink, logs, t0)

@@ -274,10 +274,24 @@ def check_compiles(code: str, shell: Any = None) -> None:
     """A cell that does not compile fails here, before anything runs on the ranks."""
     source = code
     if shell is not None:
-        source = shell.transform_cell(code)
+        source = _transformed(shell, code)
     problem = compile_problem(source)
     if problem:
         raise UsageError(problem)
+
+
+_last_transform: tuple[Any, str, str] | None = None
+
+
+def _transformed(shell: Any, code: str) -> str:
+    """IPython's transform of the cell, kept for the last cell (re-runs of a cell pay it once)."""
+    global _last_transform
+    last = _last_transform
+    if last is not None and last[0] is shell and last[1] == code:
+        return last[2]
+    source = shell.transform_cell(code)
+    _last_transform = (shell, code, source)
+    return source
 
 
 @lru_cache(maxsize=16)

@@ -331,9 +331,9 @@ def test_other_threads_get_the_snapshot_and_never_call_the_control():
 def test_register_without_a_kernel_does_nothing():
     assert comm.register(None) is False
     assert comm.register(SimpleNamespace()) is False
-    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import get_ipython
 
-    assert comm.register(InteractiveShell.instance()) is False
+    assert comm.register(get_ipython()) is False  # the test shell every module shares
 
 
 class FakeComm:

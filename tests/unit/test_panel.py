@@ -212,11 +212,11 @@ class FakeShell:
 
 
 def test_panel_is_one_per_session_and_dist_panel_shows_it(session: DistSession, monkeypatch):
-    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import get_ipython
 
     from jupyter_dist.magics import DistMagics
 
-    ip = InteractiveShell.instance()  # whichever shell an earlier test made, or a new one
+    ip = get_ipython()  # the test shell every module shares (tests/conftest.py's too)
 
     first = panelmod.panel(session)
     try:
