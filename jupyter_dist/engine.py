@@ -7,6 +7,7 @@ importable and cheap to import: torch and friends are imported only by the hooks
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import socket
@@ -79,6 +80,12 @@ def setup(envs_by_rank: dict[int, dict[str, str]], hooks: tuple[str, ...] = (), 
     for hook in hooks:
         resolve_hook(hook)()
     _sync_torch_threads()
+    if not _state.get("frozen"):
+        # Once, before any cell ran: the engine's own objects (ipykernel, zmq, ipyparallel, the
+        # frameworks' modules) never die, so later collections, which a training loop triggers
+        # often, need not scan them. Objects of the user's cells are never frozen.
+        gc.freeze()
+        _state["frozen"] = True
     return {"rank": rank, "pid": os.getpid()}
 
 
