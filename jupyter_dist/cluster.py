@@ -63,10 +63,15 @@ def check_shape(shape: ClusterShape, family: str = "") -> None:
     if shape.launcher not in ("mpi", "local", "slurm", "ssh"):
         raise UsageError(f"--launcher {shape.launcher} is not supported yet.")
     if shape.launcher == "slurm":
-        from .launchers_slurm import job_from
+        slurm_job(shape)  # a bad option fails here, not at sbatch
 
-        nodes = shape.slurm_nodes or 1
-        job_from(nodes, shape.world_size // nodes, shape.slurm)  # a bad option fails here, not at sbatch
+
+def slurm_job(shape: ClusterShape) -> Any:
+    """The Slurm job of a `--launcher slurm` shape; its options are checked on the way."""
+    from .launchers_slurm import job_from
+
+    nodes = shape.slurm_nodes or 1
+    return job_from(nodes, shape.world_size // nodes, shape.slurm)
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,11 @@ class ClusterShape:
     # --launcher slurm only: the job's node count and sbatch options (a change means a new job)
     slurm_nodes: int = 0
     slurm: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def procs_per_host(self) -> int:
+        """Engines on each of `hosts` (one node per host)."""
+        return self.world_size // len(self.hosts)
 
 
 @dataclass
@@ -206,13 +216,12 @@ class EngineCluster:
         elif shape.launcher == "ssh":
             notes = [self._configure_ssh(cluster, shape, controller_ip)]
         elif shape.launcher == "slurm":
-            from .launchers_slurm import configure, job_from
+            from .launchers_slurm import configure
 
             mpiexec = find_mpiexec()
             if mpiexec is None:
                 raise RuntimeError("mpiexec not found")
-            nodes = shape.slurm_nodes or 1
-            notes += configure(cluster, job_from(nodes, shape.world_size // nodes, shape.slurm), mpiexec, env)
+            notes += configure(cluster, slurm_job(shape), mpiexec, env)
         else:
             notes = []
             cluster.config.LocalEngineSetLauncher.environment = {"PYTHONUNBUFFERED": "1"}
@@ -247,7 +256,7 @@ class EngineCluster:
         shape: ClusterShape, profile_dir: Path, mpiexec: str, controller_ip: str, env: dict[str, str], notes: list[str]
     ) -> list[str]:
         """mpiexec's host file, remote prefix and ssh agent; TCP limited to the network joining the hosts."""
-        ppn = shape.world_size // len(shape.hosts)
+        ppn = shape.procs_per_host
         hostfile = profile_dir / "hostfile"
         hostfile.write_text(hostmod.hostfile_text(shape.hosts, ppn))
         addrs = [hostmod.resolve_host(h) for h in shape.hosts if not hostmod.is_local_host(h)]
@@ -265,7 +274,7 @@ class EngineCluster:
     def _configure_ssh(cluster: Any, shape: ClusterShape, controller_ip: str) -> str:
         """ipyparallel's SSH engine launcher: `-n` engines per host, each started by its own ssh;
         the connection information travels in the environment (nothing copied with scp)."""
-        ppn = shape.world_size // len(shape.hosts)
+        ppn = shape.procs_per_host
         ssh = shlex.split(hostmod.ssh_command(os.environ) or "ssh")
         conf = cluster.config.SSHEngineSetLauncher
         conf.engines = {h: ppn for h in shape.hosts}
@@ -280,7 +289,7 @@ class EngineCluster:
 
     def _ssh_ranks(self, shape: ClusterShape, ids: list[int], infos: list[dict[str, Any]]) -> dict[int, int]:
         """engine id -> rank for --launcher ssh: node by the host the engine is on, local rank by id."""
-        ppn = shape.world_size // len(shape.hosts)
+        ppn = shape.procs_per_host
         where = self._client[ids].apply_sync(hostmod.source_address, self.controller_ip)
         wanted = [(h, hostmod.resolve_host(h)) for h in shape.hosts]
         by_node: dict[int, list[int]] = {}
@@ -302,7 +311,7 @@ class EngineCluster:
         fabric as detected on it, and ports free there: asked of each node's first engine."""
         from .fabric import NodeFabric
 
-        ppn = shape.world_size // len(shape.hosts)
+        ppn = shape.procs_per_host
         leaders = [self.engines[n * ppn].engine_id for n in range(len(shape.hosts))]
         first = self._client[leaders[0]].apply_sync(hostmod.node_view, controller_ip, None, ppn)
         master = first["addr"]

@@ -18,6 +18,17 @@ def in_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
+def close_widgets(widgets: list[Any]) -> None:
+    """Close each widget with its style and layout (their own comms), each once, whatever fails."""
+    seen: set[int] = set()
+    for w in widgets:
+        for part in (getattr(w, "style", None), getattr(w, "layout", None), w):
+            if part is not None and id(part) not in seen and hasattr(part, "close"):
+                seen.add(id(part))
+                with contextlib.suppress(Exception):
+                    part.close()
+
+
 class LiveArea:
     """A `<pre>` block that can be rewritten in place; a no-op outside a kernel."""
 
@@ -53,9 +64,7 @@ class LiveArea:
             with contextlib.suppress(Exception):
                 self.widget.value = ""
                 self.widget.layout.display = "none"
-            for part in (self.widget.layout, self.widget.style, self.widget):
-                with contextlib.suppress(Exception):
-                    part.close()
+            close_widgets([self.widget])
             self.widget = None
 
 
@@ -136,11 +145,6 @@ class RunView:
             self.status.value = ""
             for w in self.html.values():
                 w.value = ""
-        seen: set[int] = set()
-        for w in self._widgets:
-            for part in (getattr(w, "style", None), getattr(w, "layout", None), w):
-                if part is not None and id(part) not in seen and hasattr(part, "close"):
-                    seen.add(id(part))
-                    part.close()
+        close_widgets(self._widgets)
         self.box = self.chart = self.status = None
         self.html = {}
