@@ -30,11 +30,12 @@ from IPython.core.error import UsageError
 from traitlets import default
 
 from .export import SLURM_VALUE
+from .hosts import CONTROLLER_IP_ENV, pick_controller_address, source_address
 
 # Extra `sbatch` options for every engine job (e.g. "--qos=debug --gres=gpu:4"), for what has no flag.
 OPTIONS_VAR = "JUPYTER_DIST_SLURM_OPTIONS"
 # Where the controller listens for engines on other nodes, when this host's own choice is wrong.
-CONTROLLER_IP_VAR = "JUPYTER_DIST_CONTROLLER_IP"
+CONTROLLER_IP_VAR = CONTROLLER_IP_ENV
 JOB_ID_VAR = "JUPYTER_DIST_SLURM_JOB_ID"
 # Job states after which no engine of the job will register.
 _ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -214,11 +215,7 @@ def controller_ip(job: SlurmJob, environ: dict[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     override = env.get(CONTROLLER_IP_VAR)
     if override:
-        try:
-            ipaddress.ip_address(override)
-        except ValueError:
-            raise UsageError(f"${CONTROLLER_IP_VAR} must be an IP address of this host, not {override!r}.") from None
-        return override
+        return pick_controller_address({}, override)  # checked as for --hosts
     here = {socket.gethostname(), socket.gethostname().split(".")[0], socket.getfqdn(), "localhost"}
     try:
         others = [n for n in node_names(dict(job.options).get("partition")) if n not in here]
@@ -227,9 +224,7 @@ def controller_ip(job: SlurmJob, environ: dict[str, str] | None = None) -> str:
     sources: dict[str, str] = {}
     for node in others:
         try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.connect((socket.gethostbyname(node), 9))  # sends nothing: picks the route, so the local address
-                sources[node] = s.getsockname()[0]
+            sources[node] = source_address(socket.gethostbyname(node))
         except OSError as e:
             raise RuntimeError(f"--launcher slurm: no route from this host to Slurm node {node} ({e}); "
                                f"set {CONTROLLER_IP_VAR} to an address of this host the nodes reach.") from None
