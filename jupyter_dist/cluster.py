@@ -453,7 +453,9 @@ class EngineCluster:
 
     def stop(self) -> None:
         """Stop controller and engines; kill any process of theirs that outlives the stop."""
-        tree = _process_tree(self._cluster_pids() + [e.pid for e in self.engines if _is_here(e.host)])
+        roots = self._cluster_pids()
+        sessions = _own_sessions(roots)
+        tree = _process_tree(roots + [e.pid for e in self.engines if _is_here(e.host)])
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close()
@@ -462,7 +464,9 @@ class EngineCluster:
                 self._cluster.stop_cluster_sync()
             with contextlib.suppress(Exception):
                 self._cluster.remove_connection_file() if hasattr(self._cluster, "remove_connection_file") else None
-        _kill_all(tree)
+        # a controller stopped right after it started may have forked its schedulers since `tree`
+        # was taken: the controller and mpiexec run in sessions of their own, so take those too
+        _kill_all(tree + _session_members(sessions))
         if self._watchdog is not None:
             with contextlib.suppress(Exception):
                 self._watchdog.kill()
@@ -571,6 +575,29 @@ def _process_tree(pids: list[int]) -> list[psutil.Process]:
             for c in p.children(recursive=True):
                 procs[c.pid] = c
     return list(procs.values())
+
+
+def _own_sessions(pids: list[int]) -> set[int]:
+    """The session ids of `pids` that are not this process's own session."""
+    mine = os.getsid(0)
+    sids = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            sid = os.getsid(pid)
+            if sid != mine:
+                sids.add(sid)
+    return sids
+
+
+def _session_members(sids: set[int]) -> list[psutil.Process]:
+    if not sids:
+        return []
+    members = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getsid(p.pid) in sids:
+                members.append(p)
+    return members
 
 
 def _kill_all(procs: list[psutil.Process], grace: float = 3.0) -> None:

@@ -241,9 +241,17 @@ def test_a_dead_kernel_leaves_no_job(distrun, shell):
 
 
 def test_bad_partition_fails_with_slurms_words(distrun):
+    import psutil
+
+    t0 = time.time()
     with pytest.raises(Exception, match="invalid partition"):
         distrun("--launcher slurm --partition nosuch -f mpi -N 1 -n 2", "pass")
     assert not [j for j in _jobs() if j[1].startswith("jupyter-dist-")]
+    # the controller started just before sbatch failed: none of its processes (it forks its
+    # schedulers a moment after it starts) outlives the failed start
+    left = [p.pid for p in psutil.process_iter(["cmdline", "create_time"])
+            if "ipyparallel.controller" in " ".join(p.info["cmdline"] or []) and p.info["create_time"] >= t0 - 1]
+    assert not left, left
 
 
 def test_a_job_that_ends_early_fails_the_start_with_its_output(distrun, monkeypatch):
