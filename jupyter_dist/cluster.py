@@ -108,6 +108,7 @@ class EngineCluster:
     task_ports: tuple[int, ...] = ()
     notes: list[str] = field(default_factory=list)
     applied: Any = None  # what the engines were last set up with (see Runner)
+    generation: int = 0  # bumped whenever the engines start or stop: plans made for older ones are stale
     busy: bool = False
     state: str = "stopped"
     _cluster: Any = None
@@ -248,6 +249,7 @@ class EngineCluster:
             ports = free_ports(1 + shape.world_size)
             self.master_port, self.task_ports = ports[0], ports[1:]
         self.applied = None
+        self.generation += 1
         self.state = "idle"
         self._notify()
 
@@ -478,6 +480,7 @@ class EngineCluster:
         self.shape = None
         self.engines = []
         self.applied = None
+        self.generation += 1
         self.busy = False
         self.state = "stopped"
         self._notify()

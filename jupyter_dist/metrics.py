@@ -317,7 +317,7 @@ class RankSeries:
             col = data.get(name)
             getattr(self, name).extend(col if col is not None and len(col) == n else [None] * n)
         incoming = data.get("scalars") or {}
-        for name in incoming.keys() - self.scalars.keys():
+        for name in [n for n in incoming if n not in self.scalars]:  # in the order reported
             self.scalars[name] = [None] * n0
         for name, col in self.scalars.items():
             new = incoming.get(name)

@@ -11,6 +11,7 @@ rank's log file whatever the view shows.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -185,7 +186,7 @@ class TextSink:
         self.labels = {p.rank: rank_label(p, nodes) for p in places}
         self.shown = shown
         self.logs = logs
-        self.world = len(logs.paths) if logs is not None else len(places)
+        self.world = len(logs.counts) if logs is not None else len(places)
         self.metrics = MetricsStore()
         note = filter_note(shown, self.world, logs)
         if note:
@@ -246,9 +247,13 @@ class RankLogs:
 
     def __init__(self, root: Path, world_size: int) -> None:
         self.dir = root
-        self.paths = {r: self.dir / f"rank-{r}.log" for r in range(world_size)}
         self._files: dict[int, Any] = {}
-        self.counts = dict.fromkeys(self.paths, 0)
+        self.counts = dict.fromkeys(range(world_size), 0)
+
+    @functools.cached_property
+    def paths(self) -> dict[int, Path]:
+        """Each rank's file (made on first use: a warm cell that prints nothing builds no paths)."""
+        return {r: self.dir / f"rank-{r}.log" for r in self.counts}
 
     def _file(self, rank: int) -> Any:
         f = self._files.get(rank)
@@ -285,7 +290,7 @@ class LiveTextSink(TextSink):
     UPDATE_S = 0.25
     KEEP_LINES_PER_RANK = 1000  # what the saved notebook keeps per rank (the log keeps all)
     LIVE_LINES = 200  # what a live tab shows
-    CHART_S = 2.0  # the live chart is redrawn at most this often (and less when drawing is slow)
+    CHART_S = 1.0  # the live chart is redrawn at most this often (and less when drawing is slow)
 
     def __init__(self, charts: bool = True) -> None:
         super().__init__(charts)
@@ -350,7 +355,7 @@ class LiveTextSink(TextSink):
     def _chart_loop(self) -> None:
         lowest_priority()
         with contextlib.suppress(Exception):
-            from .views import charts  # noqa: F401 - imports matplotlib now, before the first points
+            from .views import svg_chart  # noqa: F401 - imported now (and numpy), before the first points
         while not self._stop.wait(self.UPDATE_S):
             with contextlib.suppress(Exception):  # a view glitch must never stop the run
                 self.refresh_chart()
@@ -370,8 +375,9 @@ class LiveTextSink(TextSink):
                 view.set_html(key, render_html(tail, self.LIVE_LINES, self.model, labelled=key == ALL))
 
     def refresh_chart(self) -> bool:
-        """Redraw the live chart when new metrics came and the throttle allows: from a copy taken
-        under the lock, drawn outside it, so output keeps flowing while it draws."""
+        """Redraw the live chart (an SVG, views/svg_chart.py) when new metrics came and the throttle
+        allows: from a copy taken under the lock, drawn outside it, so output keeps flowing. The
+        measured cost counts the copy, which grows with the run."""
         view = self.view
         if view is None or not view.active:
             return False
@@ -380,15 +386,15 @@ class LiveTextSink(TextSink):
                 return False
             if time.monotonic() - self._chart_at < max(self.CHART_S, 50 * self._chart_cost):  # <= 2% of a core
                 return False
+            t = time.monotonic()
             store, version = self.metrics.copy(), self.metrics.version
-        from .views.charts import metrics_png
+        from .views.svg_chart import metrics_svg
 
-        t = time.monotonic()
-        png = metrics_png(store, dpi=72, fast=True)
+        svg = metrics_svg(store)
         self._chart_cost = time.monotonic() - t
         self._chart_at, self._chart_version = time.monotonic(), version
-        if png:
-            view.set_chart(png)
+        if svg:
+            view.set_chart(svg)
         return True
 
     def finish(self) -> None:

@@ -7,10 +7,10 @@ it lands in the running cell's output area.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +22,15 @@ from .errors import OutputFetchError, RankFailure, RunTimeout
 from .layout import Layout, RankPlace
 from .output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
 
-POLL_S = 0.01
+POLL_FIRST_S = 0.05  # a short cell ends within it, with no poll in between
+POLL_S = 0.01  # while output flows
+POLL_MAX_S = 0.1  # while the ranks are quiet
 FAIL_GRACE_S = float(os.environ.get("JUPYTER_DIST_FAIL_GRACE", "3"))
 INTERRUPT_GRACE_S = float(os.environ.get("JUPYTER_DIST_INTERRUPT_GRACE", "5"))
 DEATH_NOTE_WAIT_S = 10.0
 OUTPUT_WAIT_S = float(os.environ.get("JUPYTER_DIST_OUTPUT_WAIT", "60"))
 STREAMS = ("stdout", "stderr")
+_RUN_NUMBERS = itertools.count(1)  # with the pid, names each run's log folder uniquely
 
 
 @dataclass
@@ -95,19 +98,25 @@ class Runner:
             self._views_key, self._view_obj = key, client[list(ids)]
         return self._view_obj
 
-    def execute(self, ex: Execution, sink: OutputSink | None = None) -> RunOutcome:
+    def execute(self, ex: Execution, sink: OutputSink | None = None, on_sent: Callable[[], None] | None = None) -> RunOutcome:
+        """Run `ex` on its ranks; `on_sent` is bookkeeping that can wait until the ranks have the cell."""
         cluster = self.cluster
-        client = cluster.client
-        sink = sink or self.sink_factory()
-        states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id) for r in ex.ranks}
-        logs = RankLogs(STATE_DIR / "logs" / (time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]), ex.layout.world_size)
-        # every rank of the layout: a node leader may print lines of ranks it launched (torchrun)
-        sink.start(ex.layout.places(), ex.shown, logs)
+        view = self._view(cluster.client, tuple(cluster.engines[r].engine_id for r in ex.ranks))
         t0 = time.monotonic()
-        cluster.set_busy(True)
-        ar = self._view(client, tuple(s.engine_id for s in states.values())).execute(ex.code, silent=False, block=False)
+        # sent first: the ranks start while the notebook side (logs, view, status) is set up;
+        # nothing reaches the view before the monitor drains it
+        ar = view.execute(ex.code, silent=False, block=False)
+        states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id) for r in ex.ranks}
         by_child = list(zip(ar._children, states.values(), strict=True))
+        if on_sent is not None:
+            on_sent()
+        sink = sink or self.sink_factory()
+        logs = RankLogs(STATE_DIR / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_RUN_NUMBERS)}",
+                        ex.layout.world_size)
         try:
+            cluster.set_busy(True)
+            # every rank of the layout: a node leader may print lines of ranks it launched (torchrun)
+            sink.start(ex.layout.places(), ex.shown, logs)
             self._monitor(ar, by_child, ex, sink, logs, t0)
         finally:
             cluster.set_busy(False)
@@ -137,10 +146,15 @@ class Runner:
         deadline = t0 + ex.timeout if ex.timeout else None
         first_fail: float | None = None
         interrupted_at: float | None = None
+        poll = POLL_FIRST_S
         try:
             while True:
-                ready = ar.wait(POLL_S)
-                self._drain(by_child, sink, logs)
+                # the end of the run wakes this wait at once, whatever the poll; between polls the
+                # ranks' output waits in ipyparallel's buffers. Quiet ranks are polled less and less
+                # often (to POLL_MAX_S) so that a long run leaves the cores to them.
+                ready = ar.wait(poll)
+                if not ready:  # once ready, the final drain (after the output wait) hands on the rest
+                    poll = POLL_S if self._drain(by_child, sink, logs) else min(poll * 2, POLL_MAX_S)
                 now = time.monotonic()
                 for child, st in by_child:
                     if not st.done and child.done():
@@ -149,6 +163,7 @@ class Runner:
                         if exc is not None:
                             st.error = exc
                             first_fail = first_fail or now
+                            poll = POLL_S
                             # its peers in a collective error out once its group is gone, and
                             # so on around the ring: each failed rank releases the next
                             self._abort_groups([st])
@@ -192,7 +207,9 @@ class Runner:
             st.finished_at = time.monotonic()
         self.cluster.stop()
 
-    def _drain(self, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs, final: bool = False) -> None:
+    def _drain(self, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs, final: bool = False) -> bool:
+        """Hand on what arrived since the last call; True if the ranks printed or displayed anything."""
+        came = False
         for child, st in by_child:
             md = child.output.metadata
             # count displays before reading the text: ipyparallel's thread appends a display after
@@ -204,24 +221,28 @@ class Runner:
                 lines = st.buffers[stream].update(md.get(stream) or "")
                 if final:
                     lines += st.buffers[stream].flush()
-                self._emit(st.place.rank, stream, lines, sink, logs)
+                if lines:
+                    came = True
+                    self._emit(st.place.rank, stream, lines, sink, logs)
             while st.displays < n_out:
                 content = outputs[st.displays]
                 st.displays += 1
                 item = content.get("data", {}).get(engine_side.DATA_MIME)
                 if item is not None and item.get("key") == "exit":
                     st.exit_code = item["data"]["code"]
-                elif item is not None:
+                elif item is not None:  # metrics, every FLUSH_S: not a reason to poll faster
                     sink.collected(st.place.rank, item)
                 else:
+                    came = True
                     sink.display(st.place.rank, content)
+        return came
 
     @staticmethod
     def _emit(rank: int, stream: str, lines: list[str], sink: OutputSink, logs: RankLogs) -> None:
         if not lines:
             return
         for owner, group in split_relabelled(rank, lines):
-            if owner not in logs.paths:
+            if owner not in logs.counts:
                 owner = rank
             logs.write(owner, stream, group)
             sink.lines(owner, stream, group)

@@ -6,7 +6,6 @@ Every error is an IPython `UsageError` whose message is one sentence naming the 
 from __future__ import annotations
 
 import argparse
-import copy
 import functools
 import math
 import re
@@ -206,7 +205,8 @@ def _scaling(text: str) -> tuple[int, ...]:
 
 def parse_args(line: str) -> argparse.Namespace:
     """The flags of one `%%distrun` line (a fresh namespace: callers may change it)."""
-    return copy.deepcopy(_parse_line(line))
+    # its values are str, int, bool, None or lists of str: a copy of each list is a deep copy
+    return argparse.Namespace(**{k: list(v) if isinstance(v, list) else v for k, v in vars(_parse_line(line)).items()})
 
 
 @functools.lru_cache(maxsize=32)

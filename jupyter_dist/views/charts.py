@@ -1,14 +1,14 @@
-"""Charts: matplotlib's Agg canvas to PNG bytes, for the live widget and the saved image.
+"""Charts: matplotlib's Agg canvas to PNG bytes, for the image a run leaves in the notebook.
 
 No pyplot (so the user's backend and figures are untouched) and no JupyterLab extension: the
-live chart is an `ipywidgets.Image` whose bytes are replaced, throttled; the static chart is
-an image/png display with a fixed text/plain beside it (nbval skips image/png by default and
-compares the text).
+static chart is an image/png display with a fixed text/plain beside it (nbval skips image/png by
+default and compares the text). The live chart during a run draws the same panels as an inline
+SVG in an `ipywidgets.HTML` (views/svg_chart.py): a few milliseconds a redraw instead of ~0.1 s
+of CPU that the ranks would lose.
 
 Chosen over plotly (its static image needs kaleido and a browser), bqplot and ipympl (live, but
 each needs its own JupyterLab extension and leaves no image in a saved notebook) and altair (a
-static image needs vl-convert): matplotlib is one wheel from PyPI, already needed, draws the same
-PNG live and saved, and a redraw costs tens of milliseconds, throttled to every 2 s or more.
+static image needs vl-convert): matplotlib is one wheel from PyPI and already needed.
 """
 
 from __future__ import annotations
@@ -24,15 +24,12 @@ MAX_SCALARS = 3
 MAX_LEGEND_RANKS = 8
 
 
-def _figure(ncols: int, nrows: int = 1, fast: bool = False) -> tuple[Any, list[Any]]:
-    """A figure on its own Agg canvas; `fast` (the live chart) skips the constrained layout,
-    about a third of the drawing time, for fixed margins."""
+def _figure(ncols: int, nrows: int = 1) -> tuple[Any, list[Any]]:
+    """A figure on its own Agg canvas (no pyplot: the user's figures and backend are untouched)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(4.6 * ncols, 3.0 * nrows), layout=None if fast else "constrained")
-    if fast:
-        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16 / nrows, top=1 - 0.1 / nrows, wspace=0.22, hspace=0.45)
+    fig = Figure(figsize=(4.6 * ncols, 3.0 * nrows), layout="constrained")
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(ncols * nrows)]
     return fig, axes
@@ -44,7 +41,7 @@ def png_bytes(fig: Any, dpi: int = 90) -> bytes:
     return buf.getvalue()
 
 
-def metrics_figure(store: MetricsStore, fast: bool = False) -> Any | None:
+def metrics_figure(store: MetricsStore) -> Any | None:
     """Throughput by rank and their sum over time, then each scalar (up to 3) by rank over steps."""
     centres, by_rank, total = store.rate_series()
     scalars = [n for n in store.scalar_names() if store.scalar_series(n)][:MAX_SCALARS]
@@ -53,7 +50,7 @@ def metrics_figure(store: MetricsStore, fast: bool = False) -> Any | None:
     n = 1 + len(scalars)
     ncols = min(n, 2)
     nrows = math.ceil(n / ncols)
-    fig, axes = _figure(ncols, nrows, fast)
+    fig, axes = _figure(ncols, nrows)
     unit = f"{store.unit}/s"
     ax = axes[0]
     legend = len(by_rank) <= MAX_LEGEND_RANKS
@@ -86,8 +83,8 @@ def metrics_figure(store: MetricsStore, fast: bool = False) -> Any | None:
     return fig
 
 
-def metrics_png(store: MetricsStore, dpi: int = 90, fast: bool = False) -> bytes | None:
-    fig = metrics_figure(store, fast)
+def metrics_png(store: MetricsStore, dpi: int = 90) -> bytes | None:
+    fig = metrics_figure(store)
     return png_bytes(fig, dpi) if fig is not None else None
 
 

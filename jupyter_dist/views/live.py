@@ -104,7 +104,8 @@ class RunView:
             titles = ["all ranks"] + [f"rank {r}" for r in keys[1:]]
             body.titles = tuple(titles)
         self.status = widgets.HTML(value="<span style='opacity:.7'>jupyter-dist: starting the run</span>")
-        self.chart = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="100%"))
+        # an inline SVG (views/svg_chart.py): drawing it costs the ranks far less CPU than a PNG
+        self.chart = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"))
         self.box = widgets.VBox([self.status, body, self.chart])
         self._widgets = [self.box, body, self.status, self.chart, *self.html.values()]
         bundle = {
@@ -128,9 +129,10 @@ class RunView:
         if self.status is not None:
             self.status.value = f"<span style='opacity:.7'>jupyter-dist: {html.escape(text)}</span>"
 
-    def set_chart(self, png: bytes) -> None:
+    def set_chart(self, svg: str) -> None:
+        """Show the chart, an `<svg>` element as text (hidden until the first one)."""
         if self.chart is not None:
-            self.chart.value = png
+            self.chart.value = svg
             self.chart.layout.display = None
 
     def close(self) -> None:
@@ -141,7 +143,7 @@ class RunView:
             return
         with contextlib.suppress(Exception):
             self.box.layout.display = "none"
-            self.chart.value = b""
+            self.chart.value = ""
             self.status.value = ""
             for w in self.html.values():
                 w.value = ""

@@ -142,3 +142,32 @@ def test_status_shows_ranks(shell, capsys):
     out = capsys.readouterr().out
     assert "engines: 4/4" in out
     assert "idle" in out
+
+
+def test_warm_rerun_reuses_the_plan_until_something_it_depends_on_changes(distrun, shell, tmp_path, monkeypatch):
+    from IPython.core.error import UsageError
+
+    import jupyter_dist
+
+    session = jupyter_dist.get_session()
+    distrun("-f pytorch -N 2 -n 2 -o cwd", "import os\ncwd = os.getcwd()")
+    plan = session._plan[1]
+    distrun("-f pytorch -N 2 -n 2 -o cwd", "import os\ncwd = os.getcwd()")
+    assert session._plan[1] is plan  # the same run again: checks and tables reused
+    # a cell that does not compile is still refused before it reaches the ranks
+    with pytest.raises(UsageError):
+        shell.run_cell_magic("distrun", "-f pytorch -N 2 -n 2", "def broken(:\n")
+    monkeypatch.chdir(tmp_path)
+    distrun("-f pytorch -N 2 -n 2 -o cwd", "import os\ncwd = os.getcwd()")
+    assert session._plan[1] is not plan and shell.user_ns["cwd"] == [str(tmp_path)] * 4
+    plan = session._plan[1]
+    session.cluster.rotate_master_port()  # as after a failed run
+    distrun("-f pytorch -N 2 -n 2 -o port", "import os\nport = os.environ['MASTER_PORT']")
+    assert session._plan[1] is not plan
+    assert shell.user_ns["port"] == [str(session.cluster.master_port)] * 4
+    script = tmp_path / "job.py"
+    script.write_text("print('job ran')\n")
+    distrun(f"-f pytorch -N 2 -n 2 {script}")
+    script.unlink()
+    with pytest.raises(UsageError, match="does not exist"):
+        shell.run_line_magic("distrun", f"-f pytorch -N 2 -n 2 {script}")
