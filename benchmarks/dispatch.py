@@ -92,7 +92,7 @@ def main() -> None:
     print(f"warm 4-rank cluster (2 nodes x 2), median of {args.repeat}, alternating rounds:")
     print(f"{'cell':<10} {'%%distrun':>12} {'%%px --block':>14} {'ratio':>8}")
     for name, (d, p) in results.items():
-        print(f"{name:<10} {d * 1e3:>10.2f}ms {p * 1e3:>12.2f}ms {d / p:>8.2f}")
+        print(f"{name:<10} {d * 1e3:>10.2f}ms {p * 1e3:>12.2f}ms {d / p:>8.3f}")
     jupyter_dist.get_session().shutdown()
 
     with tempfile.TemporaryDirectory() as tmp:

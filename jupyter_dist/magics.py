@@ -18,8 +18,21 @@ class DistMagics(Magics):
     def __init__(self, shell: Any, session: DistSession) -> None:
         super().__init__(shell)
         self.session = session
+        self._last_spec: tuple[str, Any, specmod.RunSpec] | None = None  # (line, defaults, spec)
 
     def parse(self, line: str) -> specmod.RunSpec:
+        """The line's RunSpec. A re-run of the same line over the same defaults gives the same spec
+        (resolving is pure), kept from last time, unless the line reads something that can change
+        between runs (`--config` a notebook variable, `--hostfile` a file)."""
+        defaults = self.session.store.value
+        last = self._last_spec
+        if last is not None and last[0] == line and last[1] is defaults:
+            return last[2]
+        spec = self._resolve(line, defaults)
+        self._last_spec = None if (" --config" in f" {line}" or "--hostfile" in line) else (line, defaults, spec)
+        return spec
+
+    def _resolve(self, line: str, defaults: Any) -> specmod.RunSpec:
         ns = specmod.parse_args(line)
         config = None
         if ns.config is not None:
@@ -29,7 +42,7 @@ class DistMagics(Magics):
         node = self.session.local_node()
         return specmod.resolve(
             ns,
-            self.session.store.value,
+            defaults,
             config=config,
             gpus_per_node=node.gpu_count,
             mpiexec_found=self.session.mpiexec_found(),
