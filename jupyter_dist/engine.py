@@ -245,6 +245,18 @@ def read_stack(stack_dir: str, rank: int) -> str:
         return ""
 
 
+def release_torch_group() -> None:
+    """Set-up hook of -f torchrun: a group that an earlier -f pytorch run left on these engines is
+    destroyed on every rank alike, so that a later -f pytorch run makes a fresh one everywhere
+    (a group gone on some ranks only would leave the others talking to closed pairs)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+    _state.pop("torch_world", None)
+
+
 def abort_collectives(protected_ports: tuple[int, ...] = ()) -> int:
     """Release this rank's peers from a collective after it failed; returns sockets shut.
 

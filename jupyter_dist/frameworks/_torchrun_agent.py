@@ -71,8 +71,8 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
 
     node = int(os.environ["NODE_RANK"])
     procs = int(plan["nproc_per_node"])
-    # A process group of an earlier run in this engine may hold the master port.
-    engine.abort_collectives()
+    # a process group of an earlier -f pytorch run is gone (set-up hook release_torch_group); a
+    # store it left open, held by a model, made cell_code choose another master port
     work = _fresh_dir()
     script = plan["script"]
     if script is None:

@@ -98,6 +98,22 @@ def test_after_a_warm_pytorch_group(distrun):
     assert "[rank 3|node 1] ok 3" in out
 
 
+def test_after_a_warm_ddp_model_that_keeps_the_store_open(distrun):
+    """A DDP model left on the engines keeps its group's store listening on the master port even
+    after the agent destroys the group: torchrun's rendezvous then takes another port."""
+    distrun("-f pytorch -N 2 -n 2", "import torch, torch.distributed as dist\n"
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "dist.init_process_group('gloo')\nkept_model = DDP(torch.nn.Linear(2, 2))")
+    out = distrun("-f torchrun -N 2 -n 2 --timeout 180", "import os\nprint('ok', os.environ['RANK'])").out
+    assert "[rank 3|node 1] ok 3" in out
+    # and back: every rank lost the old group alike, so a new one forms on all of them
+    out = distrun("-f pytorch -N 2 -n 2 --timeout 120", "import torch, torch.distributed as dist\n"
+                  "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                  "dist.init_process_group('gloo')\nkept_model = DDP(torch.nn.Linear(2, 2))\n"
+                  "t = torch.ones(1); dist.all_reduce(t); print('sum', int(t))").out
+    assert all(f"[rank {r}|node {r // 2}] sum 4" in out for r in range(4))
+
+
 def test_out_is_refused(shell):
     with pytest.raises(UsageError, match="-o x cannot bring variables back from -f torchrun"):
         shell.run_cell_magic("distrun", "-f torchrun -N 2 -n 2 -o x", "x = 1")
