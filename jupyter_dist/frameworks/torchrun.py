@@ -13,7 +13,6 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..layout import free_ports, port_in_use
 from .base import Framework, RunContext, omp_threads
 
 AGENT = "jupyter_dist.frameworks._torchrun_agent"
@@ -103,10 +102,6 @@ class Torchrun(Framework):
     def cell_code(self, ctx: RunContext, code: str) -> str:
         self._note_once()
         plan = launch_plan(ctx)
-        if ctx.spec.master_port is None and ctx.layout.all_local and port_in_use(plan["master_port"]):
-            # an earlier -f pytorch run's store still holds the cluster's port (a DDP model left in
-            # the engine keeps it open after the agent destroys the group): take one free now
-            plan["master_port"] = free_ports(1)[0]
         cell = None if plan["script"] is not None else code
         return f"__import__({AGENT!r}, fromlist=['run']).run({plan!r}, {cell!r})"
 
