@@ -28,12 +28,12 @@ class DistMagics(Magics):
         last = self._last_spec
         if last is not None and last[0] == line and last[1] is defaults:
             return last[2]
-        spec = self._resolve(line, defaults)
-        self._last_spec = None if (" --config" in f" {line}" or "--hostfile" in line) else (line, defaults, spec)
+        ns = specmod.parse_args(line)
+        spec = self._resolve(ns, defaults)
+        self._last_spec = None if (ns.config is not None or ns.hostfile is not None) else (line, defaults, spec)
         return spec
 
-    def _resolve(self, line: str, defaults: Any) -> specmod.RunSpec:
-        ns = specmod.parse_args(line)
+    def _resolve(self, ns: Any, defaults: Any) -> specmod.RunSpec:
         config = None
         if ns.config is not None:
             if ns.config not in self.shell.user_ns:

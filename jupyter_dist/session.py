@@ -171,22 +171,23 @@ class DistSession:
         self.runner.setup(p.envs, p.hooks, os.getcwd())  # the same objects: compared by identity
         return p
 
+    def _remember(self, spec: RunSpec, code: str | None) -> None:
+        """The run's flags become the defaults (what the panel and sidebar show); `%dist` reads `last`."""
+        self.store.update(**remembered(spec))
+        self.last = LastRun(spec, code)
+
     def run(self, spec: RunSpec, code: str | None, shell: Any = None) -> RunOutcome:
         if spec.scaling:
             return self.run_scaling(spec, code, shell)
         p = self.warm_plan(spec, code, shell)
+        # a warm re-run is remembered while the ranks run it
+        on_sent = (lambda: self._remember(spec, code)) if p is not None else None
         if p is None:
             self._plan = None
             p = self.prepare(spec, code, shell)
-            self.store.update(**remembered(spec))
-            self.last = LastRun(spec, code)
+            self._remember(spec, code)
             self.bring_up(p)
             self._plan = (self._plan_key(spec), p)
-            on_sent = None
-        else:
-            def on_sent() -> None:  # a warm re-run: remembered while the ranks run the cell
-                self.store.update(**remembered(spec))
-                self.last = LastRun(spec, code)
         assert p.layout is not None
         ctx = RunContext(spec, p.layout, p.backend, inherited=self.cluster.inherited_env)
         source = code if code is not None else script_code(spec)
@@ -226,8 +227,7 @@ class DistSession:
             sub = replace(spec, nodes=nodes, procs_per_node=procs, scaling=(),
                           hosts=spec.hosts[:nodes] if spec.hosts else ())
             plans.append(self.prepare(sub, code, shell))
-        self.store.update(**remembered(spec))
-        self.last = LastRun(spec, code)
+        self._remember(spec, code)
         runs: list[tuple[ScalingPoint, Any]] = []
         outcome: RunOutcome | None = None
         try:

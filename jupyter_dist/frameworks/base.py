@@ -11,6 +11,12 @@ from ..layout import Layout
 from ..spec import RunSpec
 
 
+@functools.cache
+def cpu_count() -> int:
+    """This host's core count, read once (each read costs tens of microseconds, three per run)."""
+    return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class RunContext:
     """Everything a framework's pure functions may read about a run."""
@@ -18,14 +24,8 @@ class RunContext:
     spec: RunSpec
     layout: Layout
     backend: str  # resolved: nccl, gloo or mpi
-    cores_per_node: int = field(default_factory=lambda: cpu_count())
+    cores_per_node: int = field(default_factory=cpu_count)
     inherited: frozenset[str] = frozenset()  # env keys the engines inherited from the kernel
-
-
-@functools.cache
-def cpu_count() -> int:
-    """This host's core count, read once (each read costs tens of microseconds, three per run)."""
-    return os.cpu_count() or 1
 
 
 class Framework:
