@@ -20,8 +20,6 @@ _MISSING = object()
 # output: a torchrun agent on a node leader uses it to attribute its workers' lines.
 RELABEL = "\x1e"
 
-# Functions run on every rank after each cell; each returns (key, data) to send back, or None.
-END_OF_CELL: list[Any] = []
 # Data a rank sends to the notebook rides on a display message of this type: it arrives in
 # order with the rank's output and costs no round trip. The notebook routes it to the view.
 DATA_MIME = "application/vnd.jupyter-dist.data+json"
@@ -366,18 +364,9 @@ def publish(key: str, data: Any) -> None:
     publish_display_data({DATA_MIME: {"key": key, "data": data}, "text/plain": ""})
 
 
-def end_of_cell(*_: Any) -> None:
-    """post_run_cell: run the registered hooks (metrics flush and the like) and send their data."""
-    for hook in END_OF_CELL:
-        item = hook()
-        if item is not None:
-            publish(*item)
-
-
 def _watch_cells() -> None:
     from IPython import get_ipython
 
-    shell = get_ipython()
-    if shell is not None and not _state.get("watching"):
-        shell.events.register("post_run_cell", end_of_cell)
-        _state["watching"] = True
+    from . import engine_cells
+
+    engine_cells.watch(get_ipython())

@@ -3,7 +3,7 @@
 Rank side. `report()` appends one tuple to a list; at most every `FLUSH_S` (checked by the
 call itself) the batch goes to the notebook through `engine.publish`, a display message that
 travels with the rank's output: no round trip, no thread. What is left is sent at the end of
-every cell by an `engine.END_OF_CELL` hook. For torch, a global optimizer step hook counts steps
+every cell by an `engine_cells.END_OF_CELL` hook. For torch, a global optimizer step hook counts steps
 when the cell calls no `report()`. Outside jupyter-dist (say, an exported script under plain
 torchrun) `report()` stays a cheap no-op.
 
@@ -209,7 +209,7 @@ def _print_line(payload: dict[str, Any]) -> None:
 
 
 def end_of_cell() -> tuple[str, dict[str, Any]] | None:
-    """`engine.END_OF_CELL` hook: the cell's last batch, and a fresh start for the next cell."""
+    """`engine_cells.END_OF_CELL` hook: the cell's last batch, and a fresh start for the next cell."""
     global _next_flush, _reported
     payload = take()
     _next_flush, _reported = 0.0, False
@@ -223,9 +223,9 @@ def _watch() -> None:
         return
     engine = sys.modules.get("jupyter_dist.engine")
     if engine is not None and engine._state.get("rank") is not None:
-        if not any(getattr(h, "__qualname__", "") == "end_of_cell" and getattr(h, "__module__", "") == __name__
-                   for h in engine.END_OF_CELL):
-            engine.END_OF_CELL.append(end_of_cell)
+        from .engine_cells import END_OF_CELL
+
+        _add_once(END_OF_CELL, end_of_cell)
         _state["watching"] = True
     else:
         _sender()
@@ -235,21 +235,25 @@ def _watch() -> None:
 def install() -> None:
     """Engine set-up hook ("jupyter_dist.metrics:install"): end-of-cell flush, torch step counting,
     and, before each cell, text progress bars (a widget bar made on a rank can never be seen)."""
+    from .engine_cells import BEFORE_CELL
+
     _watch()
     _hook_torch()
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    if shell is not None and not _state.get("pre_cell"):
-        shell.events.register("pre_run_cell", _before_cell)
-        _state["pre_cell"] = True
+    _add_once(BEFORE_CELL, _before_cell)
 
 
-def _before_cell(info: Any = None) -> None:
+def _add_once(hooks: list[Any], fn: Any) -> None:
+    """Add `fn` to `hooks` unless a function of that name from this module is there (a module
+    imported again, say after a reload, brings a new function object)."""
+    if not any(getattr(h, "__qualname__", "") == fn.__qualname__ and getattr(h, "__module__", "") == __name__
+               for h in hooks):
+        hooks.append(fn)
+
+
+def _before_cell(cell: str) -> None:
     global _next_flush, _reported
     _next_flush, _reported = 0.0, False
     _state["auto_opt"] = None
-    cell = getattr(info, "raw_cell", "") or ""
     if _state["torch_hook"] is None and ("torch" in sys.modules or _imports(cell, "torch")):
         _hook_torch(load=True)
     if "tqdm" in cell:

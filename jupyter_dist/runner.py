@@ -18,6 +18,7 @@ from typing import Any
 
 from . import engine as engine_side
 from .cluster import STATE_DIR, EngineCluster
+from .engine_cells import CELL_LABEL
 from .errors import OutputFetchError, RankFailure, RunTimeout
 from .layout import Layout, RankPlace
 from .output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
@@ -105,7 +106,8 @@ class Runner:
         t0 = time.monotonic()
         # sent first: the ranks start while the notebook side (logs, view, status) is set up;
         # nothing reaches the view before the monitor drains it
-        ar = view.execute(ex.code, silent=False, block=False)
+        # silent, labelled: no execute_input message per rank; engine_cells shows the cell's value
+        ar = view.execute(ex.code, silent=True, block=False, label=CELL_LABEL)
         states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id) for r in ex.ranks}
         by_child = list(zip(ar._children, states.values(), strict=True))
         if on_sent is not None:

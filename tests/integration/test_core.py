@@ -7,6 +7,7 @@ import textwrap
 import pytest
 from cells import ddp_cell
 
+import jupyter_dist
 from jupyter_dist.errors import RankFailure
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
@@ -93,6 +94,23 @@ def test_warm_engines_keep_variables(distrun, shell):
     distrun("-N 2 -n 2", "import os\nkept = int(os.environ['RANK']) * 10")
     distrun("-N 2 -n 2 -o back", "back = kept + 1")
     assert shell.user_ns["back"] == [1, 11, 21, 31]
+
+
+def test_last_expression_is_shown_per_rank_as_ipython_would(distrun, shell):
+    """Cells go to the engines silent (no execute_input): the value is shown by engine_cells."""
+    out = distrun("-f pytorch -N 2 -n 2", "import os\nr = int(os.environ['RANK'])\nr * 10")
+    for r in range(4):
+        assert f"Out: {r * 10}" in out.out
+    assert "Out:" not in distrun("-N 2 -n 2", "r + 1;").out  # a trailing ; hides it
+    out = distrun("-N 2 -n 2", "%time r\n(r,\n 2)")  # a line magic, a value over two lines
+    assert "Wall time" in out.out and "Out: (3, 2)" in out.out
+    out = distrun("-N 2 -n 2 -o seen", "seen = _")  # `_` is the last shown value, as in IPython
+    assert shell.user_ns["seen"] == [(r, 2) for r in range(4)]
+    # %%px on the same engines still shows its own value, once
+    view = jupyter_dist.get_session().cluster.client[:]
+    ar = view.execute("r + 100", silent=False, block=True)
+    assert sorted(int(v["data"]["text/plain"]) for v in ar.execute_result) == [100, 101, 102, 103]
+    assert not any(o for o in ar.outputs)
 
 
 def test_flags_are_remembered(distrun, shell):

@@ -1,0 +1,126 @@
+"""Around each cell on an engine: hooks before and after it, and the value a `%%distrun` cell shows.
+
+`%%distrun` sends its cells `silent` (ipyparallel's own default for `execute`): an engine then
+sends no `execute_input` message for the cell, about 1.7 ms of a warm 4-rank cell's 18 ms
+(benchmarks/dispatch_phases.py). IPython runs a silent cell without its `pre_run_cell` and
+`post_run_cell` events and without showing the last expression's value, so the hooks here ride
+on `pre_execute`/`post_execute` (fired for every cell), and an AST transformer shows the value
+of a `%%distrun` cell's last expression through the display hook, as IPython would have:
+`Out` on the rank, `_`, and nothing after a trailing `;`.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Callable
+from typing import Any
+
+# ipyparallel's request label on the cells %%distrun sends: tells its cells from %%px's
+CELL_LABEL = "jupyter-dist"
+
+# Run on every rank before each cell, given the cell's code (the request's text).
+BEFORE_CELL: list[Callable[[str], None]] = []
+# Run on every rank after each cell; each returns (key, data) to send back (engine.publish), or None.
+END_OF_CELL: list[Callable[[], tuple[str, Any] | None]] = []
+
+_state: dict[str, Any] = {"watching": False, "code": "", "show_value": False}
+
+# `__import__("jupyter_dist.engine_cells", ...).show_value(<expr>)`: resolves in any namespace
+_SHOW = ast.parse(f"__import__({__name__!r}, fromlist=['show_value']).show_value(None)", mode="eval").body
+
+
+def watch(shell: Any) -> None:
+    """Hook `shell`'s cells (once per engine)."""
+    if _state["watching"] or shell is None:
+        return
+    shell.events.register("pre_execute", _before_cell)
+    shell.events.register("post_execute", _after_cell)
+    shell.ast_transformers.append(ShowLastValue())
+    _state["watching"] = True
+
+
+def request(shell: Any) -> tuple[str, bool]:
+    """The running cell's code, and whether %%distrun sent it silent (so shows its value here)."""
+    kernel = getattr(shell, "kernel", None)
+    parent = kernel.get_parent("shell") if kernel is not None else None
+    if not parent:
+        return "", False
+    content = parent.get("content") or {}
+    ours = (parent.get("metadata") or {}).get("label") == CELL_LABEL and bool(content.get("silent"))
+    return content.get("code", ""), ours
+
+
+def _before_cell() -> None:
+    from IPython import get_ipython
+
+    code, ours = request(get_ipython())
+    _state["code"], _state["show_value"] = code, ours
+    for hook in BEFORE_CELL:
+        hook(code)
+
+
+def _after_cell() -> None:
+    _state["show_value"] = False
+    from .engine import publish
+
+    for hook in END_OF_CELL:
+        item = hook()
+        if item is not None:
+            publish(*item)
+
+
+class ShowLastValue(ast.NodeTransformer):
+    """Wraps a %%distrun cell's last expression statement in `show_value(...)`.
+
+    Only the first module transformed after the cell starts: a cell magic (`%%time`) that
+    transforms its body again leaves the body as it is, and shows the value as it would.
+    """
+
+    def visit_Module(self, node: ast.Module) -> ast.Module:
+        if not _state["show_value"]:
+            return node
+        _state["show_value"] = False
+        last = node.body[-1] if node.body else None
+        if not isinstance(last, ast.Expr) or ends_in_semicolon(_state["code"]):
+            return node
+        call = ast.Call(func=_at(copy.deepcopy(_SHOW.func), last.value), args=[last.value], keywords=[])
+        node.body[-1] = ast.copy_location(ast.Expr(value=ast.copy_location(call, last.value)), last)
+        return node
+
+
+def _at(tree: ast.AST, where: ast.AST) -> ast.AST:
+    """`tree` with every node placed at `where`: a traceback points at the user's expression."""
+    for sub in ast.walk(tree):
+        ast.copy_location(sub, where)
+    return tree
+
+
+def ends_in_semicolon(code: str) -> bool:
+    """IPython's rule for hiding a cell's value; code it cannot tokenize hides nothing."""
+    from IPython.core.displayhook import DisplayHook
+
+    try:
+        return bool(DisplayHook.semicolon_at_end_of_expression(code))
+    except Exception:  # noqa: BLE001 - a cell with magics may not tokenize as Python
+        return False
+
+
+def show_value(value: Any) -> None:
+    """What IPython's display hook does with a cell's last value, less its `;` check (made above,
+    on this cell's text: a silent cell leaves none in the history that check reads)."""
+    from IPython import get_ipython
+
+    hook = get_ipython().displayhook
+    hook.check_for_underscore()
+    if value is None:
+        return
+    hook.start_displayhook()
+    hook.write_output_prompt()
+    format_dict, md_dict = hook.compute_format_data(value)
+    hook.update_user_ns(value)
+    hook.fill_exec_result(value)
+    if format_dict:
+        hook.write_format_data(format_dict, md_dict)
+        hook.log_output(format_dict)
+    hook.finish_displayhook()
