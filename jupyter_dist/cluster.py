@@ -248,8 +248,7 @@ class EngineCluster:
         if not remote:  # else node 0's engine chose them where they are used (_probe_nodes)
             ports = free_ports(1 + shape.world_size)
             self.master_port, self.task_ports = ports[0], ports[1:]
-        self.applied = None
-        self.generation += 1
+        self._engines_changed()
         self.state = "idle"
         self._notify()
 
@@ -479,11 +478,15 @@ class EngineCluster:
         self.controller_ip = "127.0.0.1"
         self.shape = None
         self.engines = []
-        self.applied = None
-        self.generation += 1
+        self._engines_changed()
         self.busy = False
         self.state = "stopped"
         self._notify()
+
+    def _engines_changed(self) -> None:
+        """New engines, or none: what was pushed to the old ones and plans made for them are stale."""
+        self.applied = None
+        self.generation += 1
 
     def restart(self) -> None:
         shape = self.shape

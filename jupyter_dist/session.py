@@ -124,14 +124,9 @@ class DistSession:
                 say(note)
                 self._said.add(note)
         p.notes = []
+        p.framework.before_layout(self.cluster, spec)
         # engines on other hosts: each node's address as the others reach it, its own fabric
         remote = bool(self.cluster.node_addrs)
-        if p.framework.family == "torchrun" and not remote and spec.master_port is None \
-                and port_in_use(self.cluster.master_port):
-            # a group an earlier run left on the engines holds the port (its store, kept open by a
-            # model even once the group is released): torchrun, and every later run, take a new one,
-            # so nothing ever connects to that stale store
-            self.cluster.rotate_master_port()
         layout = build_layout(
             spec.nodes, spec.procs_per_node, self.cluster.node_addrs if remote else spec.hosts,
             master_port=spec.master_port or self.cluster.master_port,

@@ -58,6 +58,10 @@ class Framework:
         TensorFlow's processes join one cluster for their life; other frameworks need nothing."""
         return None
 
+    def before_layout(self, cluster: Any, spec: RunSpec) -> None:
+        """Once the engines are up, before the run's ports are read into its layout: a framework
+        whose launcher cannot share a port an earlier run still holds takes new ones here."""
+
     def install_hint(self) -> str:
         if self.extra:
             return f"pip install 'jupyter-dist[{self.extra}]'"

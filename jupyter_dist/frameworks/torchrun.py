@@ -13,6 +13,8 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from ..layout import port_in_use
+from ..spec import RunSpec
 from .base import Framework, RunContext, omp_threads
 
 AGENT = "jupyter_dist.frameworks._torchrun_agent"
@@ -76,6 +78,13 @@ class Torchrun(Framework):
     engine_hooks = ("jupyter_dist.engine:release_torch_group",)
 
     _noted: set[int] = set()  # sessions (by id) that were told state does not survive
+
+    def before_layout(self, cluster: Any, spec: RunSpec) -> None:
+        """A group an earlier run left on the engines may hold the master port (its store, kept
+        open by a DDP model even once the group is released): torchrun's rendezvous, and every
+        later run, take a new one, so nothing ever connects to that stale store."""
+        if not cluster.node_addrs and spec.master_port is None and port_in_use(cluster.master_port):
+            cluster.rotate_master_port()
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         lay = ctx.layout

@@ -64,10 +64,11 @@ class Box:
     y0: float
     y1: float
 
-    def x(self, v: float) -> float:
+    # a value or an array of them (`pixels`)
+    def x(self, v: Any) -> Any:
         return self.left + (v - self.x0) * self.width / (self.x1 - self.x0)
 
-    def y(self, v: float) -> float:
+    def y(self, v: Any) -> Any:
         return self.top + self.height - (v - self.y0) * self.height / (self.y1 - self.y0)
 
 
@@ -181,10 +182,7 @@ def axes_svg(box: Box) -> list[str]:
 
 def pixels(s: Series, box: Box) -> tuple[Any, Any]:
     """The series' points in px, as arrays (NaN where a value is missing)."""
-    sx, sy = box.width / (box.x1 - box.x0), box.height / (box.y1 - box.y0)
-    px = box.left + (np.asarray(s.xs, dtype=float) - box.x0) * sx
-    py = box.top + box.height - (np.asarray(s.ys, dtype=float) - box.y0) * sy
-    return px, py
+    return box.x(np.asarray(s.xs, dtype=float)), box.y(np.asarray(s.ys, dtype=float))
 
 
 def polylines(s: Series, px: Any, py: Any) -> list[str]:
