@@ -26,6 +26,7 @@ from IPython.core.error import UsageError
 from . import engine as engine_side
 from . import hosts as hostmod
 from .fabric import find_mpiexec
+from .launch_session import in_this_session
 from .layout import free_ports
 
 STATE_DIR = Path(os.environ.get("JUPYTER_DIST_DIR", Path.home() / ".jupyter_dist"))
@@ -230,8 +231,9 @@ class EngineCluster:
         self._cluster = cluster
         t0 = time.monotonic()
         try:
-            cluster.start_controller_sync()
-            cluster.start_engines_sync(shape.world_size)
+            with in_this_session():  # the ranks share the kernel's CPU share (launch_session.py)
+                cluster.start_controller_sync()
+                cluster.start_engines_sync(shape.world_size)
             self._start_watchdog()
             client = cluster.connect_client_sync()
             self._wait_for_engines(client, shape.world_size, t0, progress)
@@ -455,7 +457,7 @@ class EngineCluster:
     def stop(self) -> None:
         """Stop controller and engines; kill any process of theirs that outlives the stop."""
         roots = self._cluster_pids()
-        sessions = _own_sessions(roots)
+        groups = _own_groups(roots)
         tree = _process_tree(roots + [e.pid for e in self.engines if _is_here(e.host)])
         if self._client is not None:
             with contextlib.suppress(Exception):
@@ -466,8 +468,8 @@ class EngineCluster:
             with contextlib.suppress(Exception):
                 self._cluster.remove_connection_file() if hasattr(self._cluster, "remove_connection_file") else None
         # a controller stopped right after it started may have forked its schedulers since `tree`
-        # was taken: the controller and mpiexec run in sessions of their own, so take those too
-        _kill_all(tree + _session_members(sessions))
+        # was taken: the controller and mpiexec run in process groups of their own, so take those too
+        _kill_all(tree + _group_members(groups))
         if self._watchdog is not None:
             with contextlib.suppress(Exception):
                 self._watchdog.kill()
@@ -583,25 +585,25 @@ def _process_tree(pids: list[int]) -> list[psutil.Process]:
     return list(procs.values())
 
 
-def _own_sessions(pids: list[int]) -> set[int]:
-    """The session ids of `pids` that are not this process's own session."""
-    mine = os.getsid(0)
-    sids = set()
+def _own_groups(pids: list[int]) -> set[int]:
+    """The process groups of `pids` that are not this process's own group."""
+    mine = os.getpgid(0)
+    groups = set()
     for pid in pids:
         with contextlib.suppress(OSError):
-            sid = os.getsid(pid)
-            if sid != mine:
-                sids.add(sid)
-    return sids
+            pgid = os.getpgid(pid)
+            if pgid != mine:
+                groups.add(pgid)
+    return groups
 
 
-def _session_members(sids: set[int]) -> list[psutil.Process]:
-    if not sids:
+def _group_members(pgids: set[int]) -> list[psutil.Process]:
+    if not pgids:
         return []
     members = []
     for p in psutil.process_iter():
         with contextlib.suppress(OSError, psutil.Error):
-            if os.getsid(p.pid) in sids:
+            if os.getpgid(p.pid) in pgids:
                 members.append(p)
     return members
 

@@ -1,8 +1,8 @@
 """`python -m jupyter_dist.watchdog KERNEL_PID PIDFILE`: stop the cluster if the kernel dies.
 
 A kernel that is killed (restart, SIGKILL) runs no atexit handler; the controller, `mpiexec`
-and engines run in sessions of their own and would outlive it. This process, in its own
-session too, polls the kernel and kills every process listed in PIDFILE (and their children),
+and engines run in process groups of their own and would outlive it. This process, in a
+session of its own, polls the kernel and kills every process listed in PIDFILE (and their children),
 and cancels the Slurm job listed there (`slurm:ID`), so that no job outlives the kernel.
 """
 

@@ -23,6 +23,7 @@ import traceback
 from typing import IO, Any
 
 from jupyter_dist import engine
+from jupyter_dist.launch_session import own_group
 
 PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$", re.S)
 # What Open MPI's launcher gave the engine: a torchrun worker is not an MPI process, and
@@ -82,7 +83,7 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
     log_dir = os.path.join(work, "logs")
     cmd = torchrun_command(plan, node, script, python=sys.executable, log_dir=log_dir)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=worker_env(os.environ),
-                            start_new_session=True)
+                            **own_group())  # a group of its own (to stop it whole), in this session
     echo = Echo(node * procs)
     try:
         _stream(proc, echo)
@@ -175,7 +176,7 @@ def _stream(proc: subprocess.Popen[bytes], echo: Echo) -> None:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to torchrun's whole session (it stops its workers), then SIGKILL."""
+    """SIGTERM to torchrun's whole process group (it stops its workers), then SIGKILL."""
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):

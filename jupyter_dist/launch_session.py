@@ -1,0 +1,47 @@
+"""Start ipyparallel's controller and engines in the kernel's session, each in a process group of its own.
+
+ipyparallel starts them with `start_new_session=True`: that keeps the kernel's signals away from them,
+and also gives each a scheduler autogroup of its own wherever Linux's `sched_autogroup_enabled` is on
+(the default of most distribution kernels, this machine's too). CPU is then shared out between sessions
+first: ranks alone in a session of their own trained DDP 2-6% slower than the same script under torchrun
+started from the caller's session, and torchrun itself, started under `setsid`, lost as much
+(benchmarks/README.md). A process group of their own still keeps them out of the signals a kernel's
+group gets (an interrupt, a kill of the kernel's group), which is what the new session was for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+
+def own_group() -> dict[str, Any]:
+    """`subprocess.Popen` arguments for a child in a process group of its own, in this session."""
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}
+
+
+@contextlib.contextmanager
+def in_this_session() -> Iterator[None]:
+    """While inside: processes ipyparallel's launchers start stay in this session, in a group of their own."""
+    from ipyparallel.cluster import launcher
+
+    original = getattr(launcher, "Popen", None)
+    if original is None:  # another ipyparallel: leave its launchers as they are
+        yield
+        return
+
+    def popen(*args: Any, start_new_session: bool = False, **kwargs: Any) -> Any:
+        if start_new_session and "process_group" not in kwargs and "preexec_fn" not in kwargs:
+            kwargs.update(own_group())
+        return original(*args, **kwargs)
+
+    launcher.Popen = popen
+    try:
+        yield
+    finally:
+        launcher.Popen = original
