@@ -2,9 +2,9 @@
 
 ipyparallel starts them with `start_new_session=True`: that keeps the kernel's signals away from them,
 and also gives each a scheduler autogroup of its own wherever Linux's `sched_autogroup_enabled` is on
-(the default of most distribution kernels, this machine's too). CPU is then shared out between sessions
-first: ranks alone in a session of their own trained DDP 2-6% slower than the same script under torchrun
-started from the caller's session, and torchrun itself, started under `setsid`, lost as much
+(the default of most distribution kernels, this machine's too), where CPU is shared out between
+sessions first. torchrun started under `setsid` trained DDP about 4% slower here than the same torchrun
+started from the caller's session; for `%distrun` the change measured within this machine's noise
 (benchmarks/README.md). A process group of their own still keeps them out of the signals a kernel's
 group gets (an interrupt, a kill of the kernel's group), which is what the new session was for.
 """

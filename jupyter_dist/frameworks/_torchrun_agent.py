@@ -73,7 +73,7 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
     node = int(os.environ["NODE_RANK"])
     procs = int(plan["nproc_per_node"])
     # a process group of an earlier -f pytorch run is gone (set-up hook release_torch_group); if
-    # its store still held the master port, the notebook chose another (DistSession.bring_up)
+    # its store still held the master port, the notebook chose another (Torchrun.before_layout)
     work = _fresh_dir()
     script = plan["script"]
     if script is None:
