@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -57,9 +59,23 @@ def launch_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# lines that say which process failed first, wherever they are in a long log
+FIRST_FAILURE = re.compile(r"exitcode|terminate called|Aborted|Error waiting|ChildFailedError|Signal|error:", re.I)
+
+
+def launch(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=180)
+
+
+def failure_report(proc: subprocess.CompletedProcess[str]) -> str:
+    keys = [line for line in proc.stderr.splitlines() if FIRST_FAILURE.search(line)]
+    return (f"exit {proc.returncode}\n--- stderr lines that matter:\n" + "\n".join(keys[:40])
+            + f"\n--- stdout tail:\n{proc.stdout[-2000:]}\n--- stderr tail:\n{proc.stderr[-3000:]}")
+
+
 def run(cmd: list[str], env: dict[str, str], cwd: Path) -> None:
-    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = launch(cmd, env, cwd)
+    assert proc.returncode == 0, failure_report(proc)
 
 
 def saved(folder: Path, name: str, world: int) -> list:
@@ -152,5 +168,21 @@ def test_sbatch_torchrun_per_node_under_a_stand_in_for_slurm(notebook_params, tm
     exp = E.build(spec, DDP_CELL, E.ExportOptions("sbatch", str(tmp_path / "ddp.py")))
     E.write(exp)
     assert "--rdzv_backend c10d" in exp.launcher.text
-    run(["bash", exp.launcher.path], launch_env(**fake_slurm), tmp_path)
+    proc = launch(["bash", exp.launcher.path], launch_env(**fake_slurm), tmp_path)
+    if proc.returncode != 0 and trained_then_lost_the_rendezvous(proc, tmp_path):
+        # Seen once in about 90 runs (in CI, 2 cores): every rank trained and saved, then one torchrun
+        # agent's poll of the c10d store found it gone. That is torch's elastic agent tearing
+        # down, after our script's work; the run is repeated once, and the first failure is
+        # kept as a warning in the test report.
+        warnings.warn("torchrun's c10d rendezvous failed at teardown; ran again once:\n" + failure_report(proc),
+                      stacklevel=1)
+        for stale in tmp_path.glob("params.rank*.pkl"):
+            stale.unlink()
+        proc = launch(["bash", exp.launcher.path], launch_env(**fake_slurm), tmp_path)
+    assert proc.returncode == 0, failure_report(proc)
     same_params(saved(tmp_path, "params", 4), notebook_params)
+
+
+def trained_then_lost_the_rendezvous(proc: subprocess.CompletedProcess[str], folder: Path) -> bool:
+    saved_all = all(f"rank {r} saved params" in proc.stdout for r in range(4))
+    return saved_all and "RendezvousConnectionError" in proc.stderr and len(list(folder.glob("params.rank*.pkl"))) == 4
