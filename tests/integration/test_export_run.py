@@ -169,10 +169,10 @@ def test_sbatch_torchrun_per_node_under_a_stand_in_for_slurm(notebook_params, tm
     E.write(exp)
     assert "--rdzv_backend c10d" in exp.launcher.text
     proc = launch(["bash", exp.launcher.path], launch_env(**fake_slurm), tmp_path)
-    if proc.returncode != 0 and trained_then_lost_the_rendezvous(proc, tmp_path):
+    if proc.returncode != 0 and trained_then_lost_the_rendezvous(proc):
         # Seen once in about 90 runs (in CI, 2 cores): every rank trained and saved, then one torchrun
-        # agent's poll of the c10d store found it gone. That is torch's elastic agent tearing
-        # down, after our script's work; the run is repeated once, and the first failure is
+        # agent's poll of the c10d store found it gone. The failure is in torch's elastic agents,
+        # after our script's work was done; the run is repeated once, and the first failure is
         # kept as a warning in the test report.
         warnings.warn("torchrun's c10d rendezvous failed at teardown; ran again once:\n" + failure_report(proc),
                       stacklevel=1)
@@ -183,6 +183,7 @@ def test_sbatch_torchrun_per_node_under_a_stand_in_for_slurm(notebook_params, tm
     same_params(saved(tmp_path, "params", 4), notebook_params)
 
 
-def trained_then_lost_the_rendezvous(proc: subprocess.CompletedProcess[str], folder: Path) -> bool:
+def trained_then_lost_the_rendezvous(proc: subprocess.CompletedProcess[str]) -> bool:
+    # each rank prints this line after its file is written
     saved_all = all(f"rank {r} saved params" in proc.stdout for r in range(4))
-    return saved_all and "RendezvousConnectionError" in proc.stderr and len(list(folder.glob("params.rank*.pkl"))) == 4
+    return saved_all and "RendezvousConnectionError" in proc.stderr
