@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from jupyter_dist.layout import build_layout, free_ports, port_in_use
+from jupyter_dist.layout import LISTEN_PORTS_LOW, build_layout, ephemeral_low, free_ports, port_in_use
 
 
 @pytest.mark.parametrize(("nodes", "procs"), [(1, 1), (1, 4), (2, 2), (4, 1)])
@@ -32,6 +32,12 @@ def test_free_ports_are_distinct_and_free():
     ports = free_ports(5)
     assert len(set(ports)) == 5
     assert not any(port_in_use(p) for p in ports)
+
+
+def test_free_ports_stay_out_of_the_ephemeral_range():
+    # an outgoing connection can take a port from that range before the server it was for binds
+    ports = free_ports(8)
+    assert all(LISTEN_PORTS_LOW <= p < ephemeral_low() for p in ports), ports
 
 
 def test_port_in_use():
