@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+from jupyter_dist.layout import free_ports
 
 TRAIN = textwrap.dedent(
     """
@@ -79,7 +80,7 @@ def parse(text: str, nproc: int) -> tuple[float, float, float]:
 def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, float, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_DIST_")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_port", str(free_port()), str(script), *args]  # a fixed port can still be held
+           "--master_port", str(free_ports(1)[0]), str(script), *args]  # a fixed port can still be held
     for attempt in (1, 2):
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         if out.returncode == 0 or len(RATE.findall(out.stdout)) == nproc:
@@ -91,12 +92,6 @@ def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, floa
     else:
         raise RuntimeError(f"torchrun failed twice ({out.returncode}):\n{out.stderr[-3000:]}")
     return parse(out.stdout, nproc)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Kernel:
