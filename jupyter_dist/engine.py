@@ -206,6 +206,28 @@ def torch_idempotent_init() -> None:
     init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
     init_process_group.__doc__ = original.__doc__
     dist.init_process_group = init_process_group
+    from .engine_cells import END_OF_CELL
+
+    if torch_group_gone not in END_OF_CELL:
+        END_OF_CELL.append(torch_group_gone)
+
+
+def torch_group_gone() -> tuple[str, Any] | None:
+    """End-of-cell hook: tell the notebook when the cell destroyed the group it had made.
+
+    A cell written for torchrun ends with `destroy_process_group()`. Run again on the same
+    warm engines with the same MASTER_PORT, the new group's rendezvous can meet the old
+    store (a DDP model left in the namespace keeps it open, and torch reuses a store server
+    already listening on that port in the process, stale keys and all), and the first
+    collective hangs. The notebook takes a new master port for the next run (`GROUP_GONE`).
+    """
+    if _state.get("torch_world") is None:
+        return None
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return None
+    _state.pop("torch_world", None)
+    return GROUP_GONE, True
 
 
 def _wanted_world(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -355,6 +377,9 @@ def run_script(path: str, args: list[str]) -> None:
 
 def relabel(rank: int, line: str) -> str:
     return f"{RELABEL}{rank}{RELABEL}{line}"
+
+
+GROUP_GONE = "torch_group_gone"  # publish key: the cell destroyed its torch process group
 
 
 def publish(key: str, data: Any) -> None:

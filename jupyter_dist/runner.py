@@ -76,6 +76,7 @@ class Runner:
         self.sink_factory = sink_factory
         self._views_key: tuple[int, tuple[int, ...]] | None = None
         self._view_obj: Any = None
+        self._group_gone = False  # a rank said the cell destroyed its torch group (engine.torch_group_gone)
 
     # -- set-up --------------------------------------------------------------------
 
@@ -130,6 +131,10 @@ class Runner:
             self._drain(by_child, sink, logs, final=True)
             sink.finish()
             logs.close()
+            if self._group_gone:
+                # a re-made group on the same port could meet the old store: the next run gets a new one
+                self._group_gone = False
+                cluster.rotate_master_port()
         elapsed = time.monotonic() - t0
         failed = sorted((s for s in states.values() if s.error is not None), key=lambda s: s.finished_at or 0)
         outcome = RunOutcome(not failed, elapsed, logs.dir, failed=[s.place.rank for s in failed], lines=dict(logs.counts))
@@ -232,6 +237,8 @@ class Runner:
                 item = content.get("data", {}).get(engine_side.DATA_MIME)
                 if item is not None and item.get("key") == "exit":
                     st.exit_code = item["data"]["code"]
+                elif item is not None and item.get("key") == engine_side.GROUP_GONE:
+                    self._group_gone = True
                 elif item is not None:  # metrics, every FLUSH_S: not a reason to poll faster
                     sink.collected(st.place.rank, item)
                 else:

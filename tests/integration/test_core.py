@@ -189,3 +189,18 @@ def test_warm_rerun_reuses_the_plan_until_something_it_depends_on_changes(distru
     script.unlink()
     with pytest.raises(UsageError, match="does not exist"):
         shell.run_line_magic("distrun", f"-f pytorch -N 2 -n 2 {script}")
+
+
+def test_a_cell_that_destroys_its_group_runs_again(distrun, shell):
+    """A torchrun-style cell ends with destroy_process_group() and leaves its DDP model in the
+    namespace; run again on the warm engines it must not meet the old store (it hung before)."""
+    cell = DDP_CELL + "dist.destroy_process_group()\n"
+    port = jupyter_dist.get_session().cluster.master_port
+    distrun("-f pytorch -N 2 -n 2 -o params --timeout 90", cell)
+    assert jupyter_dist.get_session().cluster.master_port != port  # the next run gets a new one
+    second = distrun("-f pytorch -N 2 -n 2 -o params --timeout 90", cell)
+    assert "trained rank=3 world=4" in second.out
+    p = shell.user_ns["params"]
+    assert all(bool((x == p[0]).all()) for x in p)
+    third = distrun("-f pytorch -N 2 -n 2 --timeout 90", DDP_CELL)  # and a cell that keeps its group
+    assert "trained rank=3 world=4" in third.out
