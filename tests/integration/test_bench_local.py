@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from jupyter_dist.layout import free_ports
 
 pytest.importorskip("torch")
 
@@ -39,16 +40,10 @@ WORKER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_ranks(tmp_path: Path, world: int, mode: str, **kw) -> list[dict]:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    port = _free_port()
+    port = free_ports(1)[0]  # below the ephemeral range: no outgoing socket takes it first
     procs = []
     for rank in range(world):
         env = dict(
