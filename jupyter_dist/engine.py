@@ -216,10 +216,9 @@ def torch_group_gone() -> tuple[str, Any] | None:
     """End-of-cell hook: tell the notebook when the cell destroyed the group it had made.
 
     A cell written for torchrun ends with `destroy_process_group()`. Run again on the same
-    warm engines with the same MASTER_PORT, the new group's rendezvous can meet the old
-    store (a DDP model left in the namespace keeps it open, and torch reuses a store server
-    already listening on that port in the process, stale keys and all), and the first
-    collective hangs. The notebook takes a new master port for the next run (`GROUP_GONE`).
+    warm engines with the same MASTER_PORT, the new group's first collective hung (see
+    docs/reliability.md); with a new port it does not. The notebook takes a new master port
+    for the next run when it gets `GROUP_GONE`.
     """
     if _state.get("torch_world") is None:
         return None
