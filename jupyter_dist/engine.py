@@ -206,10 +206,9 @@ def torch_idempotent_init() -> None:
     init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
     init_process_group.__doc__ = original.__doc__
     dist.init_process_group = init_process_group
-    from .engine_cells import END_OF_CELL
+    from .engine_cells import END_OF_CELL, add_hook
 
-    if torch_group_gone not in END_OF_CELL:
-        END_OF_CELL.append(torch_group_gone)
+    add_hook(END_OF_CELL, torch_group_gone)
 
 
 def torch_group_gone() -> tuple[str, Any] | None:

@@ -26,6 +26,14 @@ END_OF_CELL: list[Callable[[], tuple[str, Any] | None]] = []
 
 _state: dict[str, Any] = {"watching": False, "code": "", "show_value": False}
 
+
+def add_hook(hooks: list[Any], fn: Any) -> None:
+    """Add `fn` to `hooks` unless a function of that name from the same module is there (a module
+    imported again, say after a reload, brings a new function object)."""
+    if not any(getattr(h, "__qualname__", "") == fn.__qualname__ and getattr(h, "__module__", "") == fn.__module__
+               for h in hooks):
+        hooks.append(fn)
+
 # `__import__("jupyter_dist.engine_cells", ...).show_value(<expr>)`: resolves in any namespace
 _SHOW = ast.parse(f"__import__({__name__!r}, fromlist=['show_value']).show_value(None)", mode="eval").body
 

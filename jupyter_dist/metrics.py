@@ -223,9 +223,9 @@ def _watch() -> None:
         return
     engine = sys.modules.get("jupyter_dist.engine")
     if engine is not None and engine._state.get("rank") is not None:
-        from .engine_cells import END_OF_CELL
+        from .engine_cells import END_OF_CELL, add_hook
 
-        _add_once(END_OF_CELL, end_of_cell)
+        add_hook(END_OF_CELL, end_of_cell)
         _state["watching"] = True
     else:
         _sender()
@@ -235,19 +235,11 @@ def _watch() -> None:
 def install() -> None:
     """Engine set-up hook ("jupyter_dist.metrics:install"): end-of-cell flush, torch step counting,
     and, before each cell, text progress bars (a widget bar made on a rank can never be seen)."""
-    from .engine_cells import BEFORE_CELL
+    from .engine_cells import BEFORE_CELL, add_hook
 
     _watch()
     _hook_torch()
-    _add_once(BEFORE_CELL, _before_cell)
-
-
-def _add_once(hooks: list[Any], fn: Any) -> None:
-    """Add `fn` to `hooks` unless a function of that name from this module is there (a module
-    imported again, say after a reload, brings a new function object)."""
-    if not any(getattr(h, "__qualname__", "") == fn.__qualname__ and getattr(h, "__module__", "") == __name__
-               for h in hooks):
-        hooks.append(fn)
+    add_hook(BEFORE_CELL, _before_cell)
 
 
 def _before_cell(cell: str) -> None:
