@@ -4,9 +4,10 @@
 sends no `execute_input` message for the cell, and the wait for a warm 4-rank cell's replies is
 about 1.4 ms shorter (benchmarks/dispatch_phases.py). IPython runs a silent cell without its `pre_run_cell` and
 `post_run_cell` events and without showing the last expression's value, so the hooks here ride
-on `pre_execute`/`post_execute` (fired for every cell), and an AST transformer shows the value
-of a `%%distrun` cell's last expression through the display hook, as IPython would have:
-`Out` on the rank, `_`, and nothing after a trailing `;`.
+on `pre_execute`/`post_execute` (fired for every cell) and fire those two events for a
+`%%distrun` cell (so a user's hooks on the engines, `%autoreload` among them, see it as a cell),
+and an AST transformer shows the value of a `%%distrun` cell's last expression through the
+display hook, as IPython would have: `Out` on the rank, `_`, and nothing after a trailing `;`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ BEFORE_CELL: list[Callable[[str], None]] = []
 # Run on every rank after each cell; each returns (key, data) to send back (engine.publish), or None.
 END_OF_CELL: list[Callable[[], tuple[str, Any] | None]] = []
 
-_state: dict[str, Any] = {"watching": False, "code": "", "show_value": False}
+_state: dict[str, Any] = {"watching": False, "code": "", "show_value": False, "ours": False}
 
 
 def add_hook(hooks: list[Any], fn: Any) -> None:
@@ -62,20 +63,35 @@ def request(shell: Any) -> tuple[str, bool]:
 def _before_cell() -> None:
     from IPython import get_ipython
 
-    code, ours = request(get_ipython())
-    _state["code"], _state["show_value"] = code, ours
+    shell = get_ipython()
+    code, ours = request(shell)
+    _state["code"], _state["show_value"], _state["ours"] = code, ours, ours
     for hook in BEFORE_CELL:
         hook(code)
+    if ours:
+        shell.events.trigger("pre_run_cell", run_info(code))
 
 
 def _after_cell() -> None:
-    _state["show_value"] = False
+    from IPython import get_ipython
+
     from .engine import publish
 
+    ours, _state["show_value"], _state["ours"] = _state["ours"], False, False
     for hook in END_OF_CELL:
         item = hook()
         if item is not None:
             publish(*item)
+    if ours:
+        shell = get_ipython()
+        shell.events.trigger("post_run_cell", shell.last_execution_result)
+
+
+def run_info(code: str) -> Any:
+    """The `ExecutionInfo` IPython would give `pre_run_cell` for this cell had it been sent loud."""
+    from IPython.core.interactiveshell import ExecutionInfo
+
+    return ExecutionInfo(code, store_history=False, silent=False, shell_futures=True, cell_id=None)
 
 
 class ShowLastValue(ast.NodeTransformer):

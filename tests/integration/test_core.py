@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -111,6 +112,36 @@ def test_last_expression_is_shown_per_rank_as_ipython_would(distrun, shell):
     ar = view.execute("r + 100", silent=False, block=True)
     assert sorted(int(v["data"]["text/plain"]) for v in ar.execute_result) == [100, 101, 102, 103]
     assert not any(o for o in ar.outputs)
+
+
+def test_users_cell_events_and_autoreload_see_distrun_cells(distrun, shell, tmp_path):
+    """IPython fires no pre_run_cell/post_run_cell for the silent cells %%distrun sends: the
+    engines fire both for them, so a user's hooks and %autoreload work as in a notebook."""
+    distrun("-N 2 -n 2", "seen = []\nip = get_ipython()\n"
+            "ip.events.register('pre_run_cell', pre := lambda info: seen.append(('pre', info.raw_cell)))\n"
+            "ip.events.register('post_run_cell', post := lambda result: seen.append(('post', result.success)))")
+    try:
+        distrun("-N 2 -n 2 -o got", "got = list(seen)")
+        for got in shell.user_ns["got"]:
+            assert got[0] == ("post", True)  # the cell that registered them, as IPython does
+            assert got[1][0] == "pre" and "got = list(seen)" in got[1][1] and len(got) == 2
+        distrun("-N 2 -n 2 -o got", "got = list(seen)")
+        assert all(len(g) == 4 and g[2] == ("post", True) for g in shell.user_ns["got"])
+    finally:
+        distrun("-N 2 -n 2", "ip.events.unregister('pre_run_cell', pre)\nip.events.unregister('post_run_cell', post)")
+
+    mod = tmp_path / "jd_reloaded.py"
+    mod.write_text("def f():\n    return 1\n")
+    distrun("-N 2 -n 2 -o before", f"%load_ext autoreload\n%autoreload 2\nimport sys\nsys.path.insert(0, {str(tmp_path)!r})\n"
+            "import jd_reloaded\nbefore = jd_reloaded.f()")
+    try:
+        mod.write_text("def f():\n    return 2\n")
+        st = mod.stat()
+        os.utime(mod, (st.st_atime, st.st_mtime + 5))  # a new mtime even within the clock's resolution
+        distrun("-N 2 -n 2 -o after", "after = jd_reloaded.f()")
+        assert shell.user_ns["before"] == [1] * 4 and shell.user_ns["after"] == [2] * 4
+    finally:
+        distrun("-N 2 -n 2", f"%autoreload off\nsys.path.remove({str(tmp_path)!r})")
 
 
 def test_flags_are_remembered(distrun, shell):
