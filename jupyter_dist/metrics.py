@@ -1,9 +1,13 @@
 """Metrics: `report()` on a rank, and their aggregation in the notebook.
 
-Rank side. `report()` appends one tuple to a list; at most every `FLUSH_S` (checked by the
-call itself) the batch goes to the notebook through `engine.publish`, a display message that
-travels with the rank's output: no round trip, no thread. What is left is sent at the end of
-every cell by an `engine_cells.END_OF_CELL` hook. For torch, a global optimizer step hook counts steps
+Rank side. `report()` appends one tuple to a list; now and then (checked by the call itself)
+the batch goes to the notebook through `engine.publish`, a display message that travels with
+the rank's output: no round trip. What is left is sent at the end of every cell by an
+`engine_cells.END_OF_CELL` hook. The gap between flushes starts at `FLUSH_FIRST_S` (the chart
+shows up at once) and doubles to `FLUSH_MAX_S`: the engine's IOPub thread sends a display
+message, and to do so takes the GIL from the training loop (about 3 more waits of a rank's main
+thread per flush, benchmarks/README.md); the controller and the notebook handle every batch of
+every rank, which adds up with many ranks. For torch, a global optimizer step hook counts steps
 when the cell calls no `report()`. Outside jupyter-dist (say, an exported script under plain
 torchrun) `report()` stays a cheap no-op.
 
@@ -23,7 +27,8 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
-FLUSH_S = 0.5
+FLUSH_FIRST_S = 0.5
+FLUSH_MAX_S = 2.0
 KEY = "metrics"
 # Where no kernel carries display messages (a torchrun worker under jupyter-dist), a batch is
 # one stdout line with this prefix; the notebook's sinks take it out of the rank's output.
@@ -37,6 +42,7 @@ _rows: list[tuple[Any, ...]] = []  # (t, step, samples, tokens, scalars)
 _NO_SCALARS: dict[str, float] = {}  # shared, never written: a call with no scalars
 _auto: list[float] = []  # times of optimizer steps, while the cell calls no report()
 _next_flush = 0.0  # 0 until the cell's first record: that one only schedules the first flush
+_flush_gap = FLUSH_FIRST_S  # until the next flush; doubles after each, to FLUSH_MAX_S
 _reported = False  # report() was called in this cell
 _state: dict[str, Any] = {"auto_opt": None, "torch_hook": None, "sender": None, "watching": False,
                           "atexit": False}
@@ -46,8 +52,8 @@ def report(step: int | None = None, samples: int | None = None, tokens: int | No
            **scalars: float) -> None:
     """Record one point: `samples`/`tokens` done since the last call, and scalars (loss=...).
 
-    Cheap (a tuple appended; see benchmarks/report_cost.py); the batch is sent at most every
-    FLUSH_S and at the end of the cell. Tensors are turned into floats here, which waits for
+    Cheap (a tuple appended; see benchmarks/report_cost.py); the batch is sent every 0.5 s at
+    first, every 2 s later on, and at the end of the cell. Tensors are turned into floats here, which waits for
     the device: pass `float(loss)` where that matters.
     """
     global _reported
@@ -73,12 +79,14 @@ def _as_float(name: str, value: Any) -> float:
 
 def _due(t: float) -> None:
     """The slow path: the cell's first record (set-up only), or a flush that is due."""
-    global _next_flush
+    global _next_flush, _flush_gap
     if _next_flush == 0.0:
         _watch()
+        _flush_gap = FLUSH_FIRST_S
     else:
         flush()
-    _next_flush = t + FLUSH_S
+        _flush_gap = min(_flush_gap * 2, FLUSH_MAX_S)
+    _next_flush = t + _flush_gap
 
 
 def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:

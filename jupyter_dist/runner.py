@@ -239,7 +239,7 @@ class Runner:
                     st.exit_code = item["data"]["code"]
                 elif item is not None and item.get("key") == engine_side.GROUP_GONE:
                     self._group_gone = True
-                elif item is not None:  # metrics, every FLUSH_S: not a reason to poll faster
+                elif item is not None:  # metrics, every 0.5-2 s: not a reason to poll faster
                     sink.collected(st.place.rank, item)
                 else:
                     came = True

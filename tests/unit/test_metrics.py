@@ -30,7 +30,7 @@ def test_report_batches_until_the_flush_interval(rank_side):
         m.report(step=i, samples=32, loss=1.0 / (i + 1))
         clock["t"] += 0.1
     assert sent == []  # 0.4 s since the first record: nothing sent yet
-    clock["t"] = 1000.0 + m.FLUSH_S + 0.01
+    clock["t"] = 1000.0 + m.FLUSH_FIRST_S + 0.01
     m.report(step=5, samples=32, loss=0.1)
     assert len(sent) == 1
     batch = sent[0]
@@ -38,6 +38,25 @@ def test_report_batches_until_the_flush_interval(rank_side):
     assert batch["scalars"]["loss"][0] == 1.0 and len(batch["t"]) == 6
     assert "tokens" not in batch  # columns nobody used are left out
     json.dumps(batch)  # it travels as JSON
+
+
+def test_the_gap_between_flushes_doubles_to_its_cap_and_starts_over_each_cell(rank_side):
+    clock, sent = rank_side
+    times = []
+    for _ in range(2):  # two cells
+        start, n = clock["t"], len(sent)
+        while clock["t"] < start + 12:
+            m.report(samples=1)
+            if len(sent) > n:
+                times.append(round(clock["t"] - start, 2))
+                n = len(sent)
+            clock["t"] += 0.01
+        m.end_of_cell()
+    first, second = times[:len(times) // 2], times[len(times) // 2:]
+    assert first == second
+    gaps = [b - a for a, b in zip([0.0, *first], first, strict=False)]
+    assert [round(g, 1) for g in gaps[:3]] == [m.FLUSH_FIRST_S, 2 * m.FLUSH_FIRST_S, m.FLUSH_MAX_S]
+    assert all(abs(g - m.FLUSH_MAX_S) < 0.02 for g in gaps[3:])
 
 
 def test_end_of_cell_sends_the_rest_and_starts_afresh(rank_side):
