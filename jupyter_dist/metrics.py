@@ -52,9 +52,9 @@ def report(step: int | None = None, samples: int | None = None, tokens: int | No
            **scalars: float) -> None:
     """Record one point: `samples`/`tokens` done since the last call, and scalars (loss=...).
 
-    Cheap (a tuple appended; see benchmarks/report_cost.py); the batch is sent every 0.5 s at
-    first, every 2 s later on, and at the end of the cell. Tensors are turned into floats here, which waits for
-    the device: pass `float(loss)` where that matters.
+    Cheap (a tuple appended; see benchmarks/report_cost.py); the batch is sent 0.5 s after the
+    cell's first record, 1 s later, then every 2 s, and at the end of the cell. Tensors are turned
+    into floats here, which waits for the device: pass `float(loss)` where that matters.
     """
     global _reported
     t = _now()
