@@ -27,7 +27,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from jupyter_dist.layout import free_ports
+from jupyter_dist.plan.layout import free_ports
 
 TRAIN = textwrap.dedent(
     """
@@ -61,9 +61,9 @@ TRAIN = textwrap.dedent(
     print(f"RATE {rank} {steps * batch / elapsed:.3f} {cpu:.3f} {main:.3f}", flush=True)
     """
 )
-TEXT_SINK = ("import jupyter_dist; from jupyter_dist.output import TextSink; "
+TEXT_SINK = ("import jupyter_dist; from jupyter_dist.run.output import TextSink; "
              "jupyter_dist.get_session().runner.sink_factory = TextSink")
-LIVE_SINK = ("import jupyter_dist; from jupyter_dist.output import default_sink; "
+LIVE_SINK = ("import jupyter_dist; from jupyter_dist.run.output import default_sink; "
              "jupyter_dist.get_session().runner.sink_factory = default_sink")
 RATE = re.compile(r"RATE (\d+) ([0-9.]+) ([0-9.]+) ([0-9.]+)")
 

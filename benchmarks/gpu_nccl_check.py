@@ -3,7 +3,7 @@
     python benchmarks/gpu_nccl_check.py [--iters 20] [--max-size BYTES] [--out DIR] [--cpu-ranks N]
 
 Each process does what a `%%distrun` rank does: the rank environment plus the fabric
-environment from `jupyter_dist.fabric`, `torch.cuda.set_device(LOCAL_RANK)` *before*
+environment from `jupyter_dist.plan.fabric_env`, `torch.cuda.set_device(LOCAL_RANK)` *before*
 `init_process_group("nccl")`, then `allreduce_bench`. Rank 0 prints what it saw: the node's
 fabric, the doctor report, which GPU each process holds a context on (one per GPU is right),
 the correctness check, the bandwidth table and the local copy ceiling. `--out` (default $OUT)
@@ -61,7 +61,7 @@ def worker(
     import torch
     import torch.distributed as dist
 
-    from jupyter_dist.bench import (
+    from jupyter_dist.engine.probes import (
         DEFAULT_SIZES,
         allreduce_bench,
         chart_png,
@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("torch is not installed: nothing to check")
         return 0
-    from jupyter_dist.doctor import build_report
-    from jupyter_dist.fabric import detect_node, fabric_env, resolve_backend
+    from jupyter_dist.plan.fabric_env import detect_node, fabric_env, resolve_backend
+    from jupyter_dist.tools.doctor import build_report
 
     t0 = time.perf_counter()
     node = detect_node("127.0.0.1")

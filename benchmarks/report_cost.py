@@ -42,8 +42,7 @@ def per_call_us(fn, n: int) -> float:  # noqa: ANN001
 
 
 def in_process(n: int, repeats: int) -> tuple[float, float, int]:
-    from jupyter_dist import metrics
-
+    from jupyter_dist.engine import metrics
     sent: list[int] = []
     metrics._state["sender"] = lambda payload: sent.append(len(json.dumps(payload)))  # what publish serialises
     metrics._state["watching"] = True

@@ -18,7 +18,7 @@ def get_session() -> Any:
     """This kernel's `DistSession` (created on first use)."""
     global _session
     if _session is None:
-        from .session import DistSession
+        from jupyter_dist.run.session import DistSession
 
         _session = DistSession()
     return _session
@@ -27,18 +27,18 @@ def get_session() -> Any:
 def load_ipython_extension(ipython: Any) -> None:
     import atexit
 
-    from .magics import DistMagics
+    from jupyter_dist.ui.magics import DistMagics
 
     session = get_session()
     ipython.register_magics(DistMagics(ipython, session))
     try:
-        from . import comm
+        from jupyter_dist.ui import sidebar as comm
     except ImportError:  # the sidebar protocol is optional for plain IPython
         comm = None
     if comm is not None:
         comm.register(ipython)
         comm.set_cluster_control(session.control())
-        from .listeners import add_status_listener
+        from jupyter_dist.cluster.status import add_status_listener
 
         add_status_listener(session.cluster, comm.notify_status)
     atexit.register(session.shutdown)
@@ -50,12 +50,12 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 # On a rank: record metrics for the live chart (batched, no round trip per call). Bound
-# directly, not wrapped: it is a hot path, and jupyter_dist.metrics imports nothing heavy.
-from .metrics import report  # noqa: E402
+# directly, not wrapped: it is a hot path, and jupyter_dist.engine.metrics imports nothing heavy.
+from jupyter_dist.engine.metrics import report  # noqa: E402
 
 
 def panel() -> Any:
     """The configuration panel (ipywidgets)."""
-    from .views.panel import panel as _panel
+    from jupyter_dist.views.panel import panel as _panel
 
     return _panel(get_session())

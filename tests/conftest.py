@@ -19,7 +19,7 @@ def shell():
     from IPython.testing.globalipapp import start_ipython
 
     import jupyter_dist
-    from jupyter_dist.defaults import STORE
+    from jupyter_dist.plan.defaults import STORE
 
     ip = start_ipython() or get_ipython()  # start_ipython returns None once it has run
     STORE.reset()

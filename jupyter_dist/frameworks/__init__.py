@@ -13,7 +13,7 @@ from importlib.metadata import entry_points
 
 from IPython.core.error import UsageError
 
-from .base import Framework, RunContext
+from jupyter_dist.frameworks.base import Framework, RunContext
 
 __all__ = ["Framework", "RunContext", "get", "registry"]
 

@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..layout import Layout
-from ..spec import RunSpec
+from jupyter_dist.plan.layout import Layout
+from jupyter_dist.plan.spec import RunSpec
 
 
 @functools.cache

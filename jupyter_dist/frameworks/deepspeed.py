@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from .base import Framework, RunContext, torch_rank_env
+from jupyter_dist.frameworks.base import Framework, RunContext, torch_rank_env
 
 SHM_OP = "deepspeed_shm_comm"
 
@@ -62,7 +62,7 @@ class DeepSpeed(Framework):
     title = "DeepSpeed"
     module = "deepspeed"
     extra = "deepspeed"
-    engine_hooks = ("jupyter_dist.engine:torch_idempotent_init",)
+    engine_hooks = ("jupyter_dist.engine.setup:torch_idempotent_init",)
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         return {**torch_rank_env(ctx, rank), **launcher_local_env(ctx, rank), **accelerator_env(ctx)}

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from typing import Any
 
-from .base import Framework, RunContext, mpi_rank_env, omp_threads
+from jupyter_dist.frameworks.base import Framework, RunContext, mpi_rank_env, omp_threads
 
 NODES_VAR = "JUPYTER_DIST_HOROVOD_NODES"  # rank 0 only: every node's Horovod host name
 RELEASE = "horovod==0.28.1"

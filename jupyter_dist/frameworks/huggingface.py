@@ -7,8 +7,8 @@ environment; scripts that still take `--local_rank` get it in script mode as
 
 from __future__ import annotations
 
-from .base import Framework, RunContext, torch_rank_env
-from .deepspeed import launcher_local_env
+from jupyter_dist.frameworks.base import Framework, RunContext, torch_rank_env
+from jupyter_dist.frameworks.deepspeed import launcher_local_env
 
 
 class HuggingFace(Framework):
@@ -17,7 +17,7 @@ class HuggingFace(Framework):
     title = "Hugging Face Trainer"
     module = "transformers"
     extra = "huggingface"
-    engine_hooks = ("jupyter_dist.engine:torch_idempotent_init",)
+    engine_hooks = ("jupyter_dist.engine.setup:torch_idempotent_init",)
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         return {**torch_rank_env(ctx, rank), **launcher_local_env(ctx, rank)}

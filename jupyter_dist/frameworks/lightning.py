@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-from ._patch import when_imported
-from .base import Framework, RunContext, torch_rank_env
+from jupyter_dist.engine.frameworks.patch import when_imported
+from jupyter_dist.frameworks.base import Framework, RunContext, torch_rank_env
 
 # the unified package and the standalone one, each with its fabric
 PACKAGES = (("lightning.pytorch", "lightning.fabric"), ("pytorch_lightning", "lightning_fabric"))
@@ -35,7 +35,7 @@ class Lightning(Framework):
     title = "PyTorch Lightning"
     module = "lightning"
     extra = "lightning"
-    engine_hooks = ("jupyter_dist.engine:torch_idempotent_init", "jupyter_dist.frameworks.lightning:patch_lightning")
+    engine_hooks = ("jupyter_dist.engine.setup:torch_idempotent_init", "jupyter_dist.frameworks.lightning:patch_lightning")
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         return torch_rank_env(ctx, rank)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Framework, RunContext, mpi_rank_env, omp_threads
+from jupyter_dist.frameworks.base import Framework, RunContext, mpi_rank_env, omp_threads
 
 
 class Mpi(Framework):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Framework, RunContext, torch_rank_env
+from jupyter_dist.frameworks.base import Framework, RunContext, torch_rank_env
 
 
 class PyTorch(Framework):
@@ -11,7 +11,7 @@ class PyTorch(Framework):
     title = "PyTorch DDP"
     module = "torch"
     extra = "torch"
-    engine_hooks = ("jupyter_dist.engine:torch_idempotent_init",)
+    engine_hooks = ("jupyter_dist.engine.setup:torch_idempotent_init",)
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         return torch_rank_env(ctx, rank)

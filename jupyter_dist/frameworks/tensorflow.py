@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 from IPython.core.error import UsageError
 
-from ..layout import Layout, build_layout
-from ..spec import RunSpec
-from .base import Framework, RunContext, omp_threads
+from jupyter_dist.frameworks.base import Framework, RunContext, omp_threads
+from jupyter_dist.plan.layout import Layout, build_layout
+from jupyter_dist.plan.spec import RunSpec
 
 
 def task_of(rank: int, world: int, ps: int) -> tuple[str, int]:
@@ -68,7 +68,7 @@ class TensorFlow(Framework):
     title = "TensorFlow (tf.distribute)"
     module = "tensorflow"
     extra = "tensorflow"
-    engine_hooks = ("jupyter_dist.frameworks._tf_server:setup_tensorflow",)
+    engine_hooks = ("jupyter_dist.engine.frameworks.tensorflow:setup_tensorflow",)
 
     # engines (their pids) -> (signature, description) of the TensorFlow cluster they were given
     _given: ClassVar[dict[tuple[int, ...], tuple[str, str]]] = {}
@@ -110,7 +110,7 @@ class TensorFlow(Framework):
 
 
 def _imported_tensorflow(cluster: Any) -> bool:
-    from ._tf_server import imported
+    from jupyter_dist.engine.frameworks.tensorflow import imported
 
     ids = [e.engine_id for e in cluster.engines]
     return any(cluster.client[ids].apply_sync(imported))

@@ -13,11 +13,11 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..layout import port_in_use
-from ..spec import RunSpec
-from .base import Framework, RunContext, omp_threads
+from jupyter_dist.frameworks.base import Framework, RunContext, omp_threads
+from jupyter_dist.plan.layout import port_in_use
+from jupyter_dist.plan.spec import RunSpec
 
-AGENT = "jupyter_dist.frameworks._torchrun_agent"
+AGENT = "jupyter_dist.engine.frameworks.torchrun_agent"
 ROLE = "default"  # torchrun's role name: its tee prefix is "[default<local rank>]:"
 
 NOT_WARM_NOTE = (
@@ -75,7 +75,7 @@ class Torchrun(Framework):
     module = "torch"
     extra = "torch"
     warm = False
-    engine_hooks = ("jupyter_dist.engine:release_torch_group",)
+    engine_hooks = ("jupyter_dist.engine.setup:release_torch_group",)
 
     _noted: set[int] = set()  # sessions (by id) that were told state does not survive
 

@@ -18,7 +18,7 @@ import io
 import math
 from typing import Any
 
-from ..metrics import MetricsStore, ScalingResult
+from jupyter_dist.engine.metrics import MetricsStore, ScalingResult
 
 MAX_SCALARS = 3
 MAX_LEGEND_RANKS = 8

@@ -80,7 +80,7 @@ class RunView:
     MAX_TABS = 64
 
     def __init__(self, ranks: list[int], placeholder: str = "jupyter-dist: live output") -> None:
-        from .ranks import ALL
+        from jupyter_dist.views.ranks import ALL
 
         self.box: Any = None
         self.html: dict[int, Any] = {}

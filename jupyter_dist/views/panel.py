@@ -7,7 +7,7 @@ controls. What the choices imply is computed from the store's value with the run
 functions: `spec.resolve` of a flag-less `%%distrun`, `build_layout`, `fabric.resolve_backend`,
 `fabric.fabric_env`, the framework's checks and `envs.rank_environments`.
 
-The panel follows the cluster's status through the fan-out of `jupyter_dist.listeners`, beside
+The panel follows the cluster's status through the fan-out of `jupyter_dist.cluster.status`, beside
 the sidebar's `comm.notify_status`.
 """
 
@@ -22,18 +22,20 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from .. import comm, fabric, frameworks
-from .. import spec as specmod
-from ..cluster import ClusterShape, find_mpiexec
-from ..defaults import BACKENDS, FRAMEWORKS, IB_MODES, LAUNCHERS, RunDefaults
-from ..envs import rank_environments
-from ..fabric import NodeFabric
-from ..frameworks import RunContext
-from ..layout import Layout, build_layout
-from ..listeners import StatusListeners, add_status_listener
+from jupyter_dist import frameworks
+from jupyter_dist.cluster.engines import ClusterShape, find_mpiexec
+from jupyter_dist.cluster.status import StatusListeners, add_status_listener
+from jupyter_dist.frameworks import RunContext
+from jupyter_dist.plan import fabric_env as fabric
+from jupyter_dist.plan import spec as specmod
+from jupyter_dist.plan.defaults import BACKENDS, FRAMEWORKS, IB_MODES, LAUNCHERS, RunDefaults
+from jupyter_dist.plan.envs import rank_environments
+from jupyter_dist.plan.fabric_env import NodeFabric
+from jupyter_dist.plan.layout import Layout, build_layout
+from jupyter_dist.ui import sidebar as comm
 
 if TYPE_CHECKING:
-    from ..session import DistSession
+    from jupyter_dist.run.session import DistSession
 
 __all__ = ["Panel", "Preview", "StatusListeners", "add_status_listener", "panel", "preview"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics import MetricsStore
-from .charts import MAX_LEGEND_RANKS, MAX_SCALARS
+from jupyter_dist.engine.metrics import MetricsStore
+from jupyter_dist.views.charts import MAX_LEGEND_RANKS, MAX_SCALARS
 
 # matplotlib's tab10, so the live chart and the saved one colour a rank alike
 TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",

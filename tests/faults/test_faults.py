@@ -15,8 +15,8 @@ import pytest
 from IPython.core.error import UsageError
 
 import jupyter_dist
-from jupyter_dist.defaults import STORE
 from jupyter_dist.errors import OutputFetchError, RankFailure, RunTimeout
+from jupyter_dist.plan.defaults import STORE
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_dist.layout import free_ports
+from jupyter_dist.plan.layout import free_ports
 
 pytest.importorskip("torch")
 
@@ -21,7 +21,7 @@ WORKER = textwrap.dedent(
     """
     import json, os, sys, time
     import torch.distributed as dist
-    from jupyter_dist.bench import allreduce_bench, local_copy_bandwidth
+    from jupyter_dist.engine.probes import allreduce_bench, local_copy_bandwidth
 
     mode, out = sys.argv[1], sys.argv[2]
     kw = json.loads(sys.argv[3])
@@ -90,7 +90,7 @@ def check_rows(rows: list[dict], world: int, sizes: list[int]) -> None:
 @pytest.mark.timeout(120)
 def test_four_ranks_default_sizes_from_env(tmp_path):
     """The `%dist bench allreduce` configuration: default sizes, group made from env:// and dropped."""
-    from jupyter_dist.bench import DEFAULT_SIZES
+    from jupyter_dist.engine.probes import DEFAULT_SIZES
 
     results = run_ranks(tmp_path, 4, "env")
     rows0 = results[0]["rows"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cells import ddp_cell
 
-from jupyter_dist.layout import free_ports
+from jupyter_dist.plan.layout import free_ports
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 
@@ -160,9 +160,9 @@ def test_sbatch_export_under_a_stand_in_for_slurm(shell, capsys, notebook_params
 
 
 def test_sbatch_torchrun_per_node_under_a_stand_in_for_slurm(notebook_params, tmp_path, fake_slurm):
-    from jupyter_dist import export as E
-    from jupyter_dist.defaults import RunDefaults
-    from jupyter_dist.spec import parse_args, resolve
+    from jupyter_dist.plan.defaults import RunDefaults
+    from jupyter_dist.plan.spec import parse_args, resolve
+    from jupyter_dist.tools import export as E
 
     spec = resolve(parse_args("-f torchrun -N 2 -n 2 -o params"), RunDefaults(), mpiexec_found=True)
     exp = E.build(spec, DDP_CELL, E.ExportOptions("sbatch", str(tmp_path / "ddp.py")))

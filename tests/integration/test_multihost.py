@@ -23,7 +23,7 @@ import pytest
 from cells import ddp_cell
 
 import jupyter_dist
-from jupyter_dist.hosts import SSH_ENV
+from jupyter_dist.cluster.hosts import SSH_ENV
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(600)]
 

@@ -9,8 +9,7 @@ pytestmark = [pytest.mark.engines, pytest.mark.timeout(180)]
 
 def test_panel_starts_runs_and_stops_a_cluster(shell, distrun):
     import jupyter_dist
-    from jupyter_dist import comm
-
+    from jupyter_dist.ui import sidebar as comm
     session = jupyter_dist.get_session()
     p = jupyter_dist.panel()
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_dist.layout import free_ports
+from jupyter_dist.plan.layout import free_ports
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(600)]
 
@@ -206,8 +206,8 @@ def test_mpi_rank_is_run_rank(distrun, shell):
 
 
 def test_a_hung_rank_is_interrupted_and_the_job_stays(distrun, shell):
-    from jupyter_dist.defaults import STORE
     from jupyter_dist.errors import RunTimeout
+    from jupyter_dist.plan.defaults import STORE
 
     before = [j for j in _jobs() if j[1].startswith("jupyter-dist-")]
     with pytest.raises(RunTimeout):
@@ -231,7 +231,7 @@ def test_a_dead_kernel_leaves_no_job(distrun, shell):
     assert len(jobs) == 1 and f"slurm:{jobs[0][0]}" in cluster._pidfile.read_text().split()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a kernel pid that no longer exists: the watchdog stops everything at once
-    subprocess.run([sys.executable, "-m", "jupyter_dist.watchdog", str(gone.pid), str(cluster._pidfile)],
+    subprocess.run([sys.executable, "-m", "jupyter_dist.cluster.watchdog", str(gone.pid), str(cluster._pidfile)],
                    check=True, timeout=60)
     deadline = time.monotonic() + 30
     while [j for j in _jobs() if j[1].startswith("jupyter-dist-")] and time.monotonic() < deadline:

@@ -11,8 +11,8 @@ import pytest
 from IPython.utils.capture import capture_output
 
 import jupyter_dist
-from jupyter_dist.cluster import STATE_DIR
-from jupyter_dist.output import LiveTextSink
+from jupyter_dist.cluster.engines import STATE_DIR
+from jupyter_dist.run.output import LiveTextSink
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
 

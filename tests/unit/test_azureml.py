@@ -94,8 +94,8 @@ def test_divisibility_message_names_both_counts():
 
 
 def test_config_feeds_the_run_spec_and_flags_win():
-    from jupyter_dist.defaults import RunDefaults
-    from jupyter_dist.spec import parse_args, resolve
+    from jupyter_dist.plan.defaults import RunDefaults
+    from jupyter_dist.plan.spec import parse_args, resolve
 
     cfg = config_to_flags("c", PyTorchConfiguration(communication_backend="Gloo", process_count=4, node_count=2))
     spec = resolve(parse_args("-f deepspeed --config c"), RunDefaults(), config=cfg)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_dist.bench import DEFAULT_SIZES, bus_factor, chart_png, format_bytes, format_table, to_html
+from jupyter_dist.engine.probes import (
+    DEFAULT_SIZES,
+    bus_factor,
+    chart_png,
+    format_bytes,
+    format_table,
+    to_html,
+)
 
 ROWS = [
     {

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_dist import comm
-from jupyter_dist.defaults import STORE, RunDefaults
+from jupyter_dist.plan.defaults import STORE, RunDefaults
+from jupyter_dist.ui import sidebar as comm
 
 
 @pytest.fixture(autouse=True)
@@ -135,7 +135,7 @@ def test_requests_before_hello_are_refused():
 )
 def test_invalid_messages_are_refused_and_logged(data, caplog):
     session, sent = greeted()
-    with caplog.at_level("WARNING", logger="jupyter_dist.comm"):
+    with caplog.at_level("WARNING", logger="jupyter_dist.ui.sidebar"):
         session.handle(data)
     assert len(sent) == 1 and sent[0]["type"] == "error" and sent[0]["code"] == "bad_message"
     assert sent[0]["message"]
@@ -398,7 +398,7 @@ def test_sidebar_comm_over_a_subshell_answers_while_the_main_shell_is_busy():
         kc.control_channel.send(kc.session.msg("create_subshell_request", {}))
         subshell_id = kc.control_channel.get_msg(timeout=10)["content"]["subshell_id"]
         reply = kc.execute_interactive(
-            "from jupyter_dist import comm; comm.register(get_ipython())", timeout=30
+            "from jupyter_dist.ui import sidebar as comm; comm.register(get_ipython())", timeout=30
         )
         assert reply["content"]["status"] == "ok"
         comm_id = uuid.uuid4().hex

@@ -6,9 +6,9 @@ import socket
 import struct
 from pathlib import Path
 
-from jupyter_dist import fabric
-from jupyter_dist.doctor import COLUMNS, build_report
-from jupyter_dist.fabric import IBPort, NodeFabric, detect_node
+from jupyter_dist.plan import fabric_env as fabric
+from jupyter_dist.plan.fabric_env import IBPort, NodeFabric, detect_node
+from jupyter_dist.tools.doctor import COLUMNS, build_report
 
 # The fakes are repeated from test_fabric.py so each file stands alone (tests/ is no package).
 ACTIVE = (IBPort("mlx5_0", 1, "ACTIVE", "InfiniBand"),)

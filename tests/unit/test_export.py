@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_dist import export as E
-from jupyter_dist.defaults import RunDefaults
-from jupyter_dist.session import DistSession, LastRun
-from jupyter_dist.spec import parse_args, resolve
+from jupyter_dist.plan.defaults import RunDefaults
+from jupyter_dist.plan.spec import parse_args, resolve
+from jupyter_dist.run.session import DistSession, LastRun
+from jupyter_dist.tools import export as E
 
 KEYS = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
         "MASTER_PORT", "OMP_NUM_THREADS", "OMPI_COMM_WORLD_LOCAL_RANK", "TF_CONFIG", "A"]
@@ -393,7 +393,7 @@ def test_default_format_follows_the_framework():
 
 
 def test_magic_without_last_run():
-    from jupyter_dist.magics import DistMagics
+    from jupyter_dist.ui.magics import DistMagics
 
     magics = DistMagics(None, DistSession())
     with pytest.raises(UsageError, match="no %%distrun run to export yet"):
@@ -401,7 +401,7 @@ def test_magic_without_last_run():
 
 
 def test_magic_writes_files_and_says_how_to_run(tmp_path, capsys):
-    from jupyter_dist.magics import DistMagics
+    from jupyter_dist.ui.magics import DistMagics
 
     session = DistSession()
     session.last = LastRun(make("-f pytorch -N 2 -n 2"), "print('hi')")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_dist import fabric
-from jupyter_dist.fabric import (
+from jupyter_dist.plan import fabric_env as fabric
+from jupyter_dist.plan.fabric_env import (
     IBPort,
     NodeFabric,
     choose_interface,

@@ -9,15 +9,15 @@ import pytest
 from IPython.core.error import UsageError
 
 from jupyter_dist import frameworks
-from jupyter_dist.defaults import RunDefaults
-from jupyter_dist.envs import rank_environments
 from jupyter_dist.frameworks import RunContext
 from jupyter_dist.frameworks.horovod import NODES_VAR, host_plan
 from jupyter_dist.frameworks.lightning import layout_problem, run_layout
 from jupyter_dist.frameworks.tensorflow import task_of
 from jupyter_dist.frameworks.torchrun import launch_plan, torchrun_command
-from jupyter_dist.layout import build_layout
-from jupyter_dist.spec import parse_args, resolve
+from jupyter_dist.plan.defaults import RunDefaults
+from jupyter_dist.plan.envs import rank_environments
+from jupyter_dist.plan.layout import build_layout
+from jupyter_dist.plan.spec import parse_args, resolve
 
 SHAPES = [(1, 1), (1, 4), (2, 2), (4, 1)]
 PORTS = (41000, 41001, 41002, 41003)
@@ -64,7 +64,7 @@ def test_torchrun_per_node_command(nodes, procs):
         assert cmd[:13] == ["py", "-m", "torch.distributed.run", "--nproc_per_node", str(procs), "--nnodes", str(nodes),
                             "--node_rank", str(node), "--master_addr", "127.0.0.1", "--master_port", "29500"]
         assert cmd[cmd.index("--tee") + 1] == "3" and cmd[cmd.index("--log-dir") + 1] == "/x/logs"
-        assert cmd[-3:] == ["-m", "jupyter_dist.frameworks._torchrun_agent", "/x/cell.py"]
+        assert cmd[-3:] == ["-m", "jupyter_dist.engine.frameworks.torchrun_agent", "/x/cell.py"]
 
 
 def test_torchrun_script_mode_passes_arguments(tmp_path):
@@ -72,7 +72,7 @@ def test_torchrun_script_mode_passes_arguments(tmp_path):
     ctx = context(f"-f torchrun {script} --local_rank $LOCAL_RANK", 2, 2)
     plan = launch_plan(ctx)
     cmd = torchrun_command(plan, 1, plan["script"])
-    assert cmd[-5:] == ["-m", "jupyter_dist.frameworks._torchrun_agent", str(script), "--local_rank", "$LOCAL_RANK"]
+    assert cmd[-5:] == ["-m", "jupyter_dist.engine.frameworks.torchrun_agent", str(script), "--local_rank", "$LOCAL_RANK"]
 
 
 def test_torchrun_refuses_out():
@@ -81,14 +81,14 @@ def test_torchrun_refuses_out():
 
 
 def test_torchrun_worker_env_drops_mpi_launch_vars():
-    from jupyter_dist.frameworks._torchrun_agent import worker_env
+    from jupyter_dist.engine.frameworks.torchrun_agent import worker_env
 
     env = worker_env({"OMPI_COMM_WORLD_RANK": "1", "PMIX_RANK": "1", "OMPI_MCA_btl": "self,tcp", "NODE_RANK": "1"})
     assert env == {"OMPI_MCA_btl": "self,tcp", "NODE_RANK": "1", "PYTHONUNBUFFERED": "1"}
 
 
 def test_torchrun_failure_from_error_file(tmp_path):
-    from jupyter_dist.frameworks._torchrun_agent import failure_message
+    from jupyter_dist.engine.frameworks.torchrun_agent import failure_message
 
     err = tmp_path / "none_x" / "attempt_0" / "1" / "error.json"
     err.parent.mkdir(parents=True)
@@ -270,7 +270,7 @@ def test_missing_framework_is_one_sentence(monkeypatch):
     """A framework that is not installed: one sentence naming it and how to install it."""
     import importlib.util
 
-    from jupyter_dist.session import DistSession
+    from jupyter_dist.run.session import DistSession
 
     real = importlib.util.find_spec
     missing = {"horovod", "deepspeed", "tensorflow", "lightning", "transformers"}

@@ -7,13 +7,13 @@ import json
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_dist import hosts
-from jupyter_dist.cluster import ClusterShape, check_shape
-from jupyter_dist.defaults import RunDefaults
+from jupyter_dist.cluster import hosts
+from jupyter_dist.cluster.engines import ClusterShape, check_shape
 from jupyter_dist.frameworks import RunContext, get
-from jupyter_dist.layout import build_layout, master_address
-from jupyter_dist.spec import parse_args as parse
-from jupyter_dist.spec import read_hostfile, resolve
+from jupyter_dist.plan.defaults import RunDefaults
+from jupyter_dist.plan.layout import build_layout, master_address
+from jupyter_dist.plan.spec import parse_args as parse
+from jupyter_dist.plan.spec import read_hostfile, resolve
 
 
 def test_hostfile_text_one_line_per_host_with_its_slots():

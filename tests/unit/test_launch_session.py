@@ -9,7 +9,7 @@ import sys
 import pytest
 from ipyparallel.cluster import launcher
 
-from jupyter_dist.launch_session import in_this_session, own_group
+from jupyter_dist.cluster.launch_session import in_this_session, own_group
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from jupyter_dist.layout import LISTEN_PORTS_LOW, build_layout, ephemeral_low, free_ports, port_in_use
+from jupyter_dist.plan.layout import LISTEN_PORTS_LOW, build_layout, ephemeral_low, free_ports, port_in_use
 
 
 @pytest.mark.parametrize(("nodes", "procs"), [(1, 1), (1, 4), (2, 2), (4, 1)])

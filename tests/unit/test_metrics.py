@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from jupyter_dist import metrics as m
+from jupyter_dist.engine import metrics as m
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from jupyter_dist import spec as specmod
-from jupyter_dist.defaults import DefaultsStore, RunDefaults
-from jupyter_dist.fabric import NodeFabric
-from jupyter_dist.session import DistSession
+from jupyter_dist.plan import spec as specmod
+from jupyter_dist.plan.defaults import DefaultsStore, RunDefaults
+from jupyter_dist.plan.fabric_env import NodeFabric
+from jupyter_dist.run.session import DistSession
 from jupyter_dist.views import panel as panelmod
 from jupyter_dist.views.panel import AUTO, PLACEHOLDER_PORT, Panel
 
@@ -188,8 +188,7 @@ def test_status_listener_keeps_the_comms(session: DistSession):
 def test_load_ext_after_a_panel_keeps_the_panel_listening(session: DistSession, monkeypatch):
     """`%load_ext` adds the sidebar's status callback beside an open panel's, once however often it runs."""
     import jupyter_dist
-    from jupyter_dist import comm
-
+    from jupyter_dist.ui import sidebar as comm
     heard: list[str] = []
     monkeypatch.setattr(comm, "notify_status", lambda: heard.append("comm"))
     monkeypatch.setattr(comm, "register", lambda ip: None)
@@ -214,7 +213,7 @@ class FakeShell:
 def test_panel_is_one_per_session_and_dist_panel_shows_it(session: DistSession, monkeypatch):
     from IPython.testing.globalipapp import get_ipython
 
-    from jupyter_dist.magics import DistMagics
+    from jupyter_dist.ui.magics import DistMagics
 
     ip = get_ipython()  # the test shell every module shares (tests/conftest.py's too)
 

@@ -6,12 +6,13 @@ import os
 
 import pytest
 
-from jupyter_dist import engine, frameworks
-from jupyter_dist.defaults import RunDefaults
-from jupyter_dist.envs import compose, rank_environments
+from jupyter_dist import frameworks
+from jupyter_dist.engine import setup as engine
 from jupyter_dist.frameworks import RunContext
-from jupyter_dist.layout import build_layout
-from jupyter_dist.spec import parse_args, resolve
+from jupyter_dist.plan.defaults import RunDefaults
+from jupyter_dist.plan.envs import compose, rank_environments
+from jupyter_dist.plan.layout import build_layout
+from jupyter_dist.plan.spec import parse_args, resolve
 
 SHAPES = [(1, 1), (1, 4), (2, 2), (4, 1)]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_dist.launchers_slurm import (
+from jupyter_dist.cluster.launchers.slurm import (
     ENGINE_WRAPPER,
     JOB_ID_VAR,
     OPTIONS_VAR,
@@ -110,7 +110,7 @@ def test_controller_address_can_be_given():
 
 
 def test_a_bad_slurm_option_fails_in_the_shape_check_before_anything_starts():
-    from jupyter_dist.cluster import ClusterShape, check_shape
+    from jupyter_dist.cluster.engines import ClusterShape, check_shape
 
     check_shape(ClusterShape("slurm", 2, (), slurm_nodes=1, slurm=(("time", "00:10:00"),)))
     with pytest.raises(UsageError, match="--time 'soon' is not a valid Slurm time"):

@@ -7,8 +7,8 @@ import socket
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_dist.defaults import RunDefaults
-from jupyter_dist.spec import parse_args, parse_ranks, remembered, resolve
+from jupyter_dist.plan.defaults import RunDefaults
+from jupyter_dist.plan.spec import parse_args, parse_ranks, remembered, resolve
 
 
 def make(line: str, defaults: RunDefaults | None = None, **kw):

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from jupyter_dist.layout import RankPlace
-from jupyter_dist.metrics import LINE_PREFIX, MetricsStore, ScalingPoint, scaling_result
-from jupyter_dist.output import LineBuffer, LiveTextSink, RankLogs, TextSink, settle
+from jupyter_dist.engine.metrics import LINE_PREFIX, MetricsStore, ScalingPoint, scaling_result
+from jupyter_dist.plan.layout import RankPlace
+from jupyter_dist.run.output import LineBuffer, LiveTextSink, RankLogs, TextSink, settle
 from jupyter_dist.views import charts, ranks
 from jupyter_dist.views.ranks import ALL, OutputModel, render_html
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jupyter_dist.watchdog import read_pids, read_slurm_jobs
+from jupyter_dist.cluster.watchdog import read_pids, read_slurm_jobs
 
 
 def test_pidfile_tokens(tmp_path):

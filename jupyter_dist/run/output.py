@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from .layout import RankPlace
-from .metrics import MetricsStore
+from jupyter_dist.engine.metrics import MetricsStore
+from jupyter_dist.plan.layout import RankPlace
 
 PROVISIONAL_MAX = 4000  # characters of an unfinished line shown live
 WIDGET_MIMES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
@@ -33,7 +33,7 @@ def settle(line: str) -> str:
     """
     if "\r" not in line:
         return line
-    from .engine import RELABEL
+    from jupyter_dist.engine.setup import RELABEL
 
     prefix = ""
     if line.startswith(RELABEL):
@@ -125,7 +125,7 @@ class OutputSink(Protocol):
 
 def split_relabelled(rank: int, lines: list[str]) -> list[tuple[int, list[str]]]:
     """Group lines by the rank they belong to (see `engine.RELABEL`), keeping their order."""
-    from .engine import RELABEL
+    from jupyter_dist.engine.setup import RELABEL
 
     groups: list[tuple[int, list[str]]] = []
     for line in lines:
@@ -234,7 +234,7 @@ class TextSink:
         sys.stdout.flush()
         sys.stderr.flush()
         if self.charts and not self.metrics.empty:
-            from .views.charts import show_metrics
+            from jupyter_dist.views.charts import show_metrics
 
             show_metrics(self.metrics)
 
@@ -266,7 +266,7 @@ class RankLogs:
         return f
 
     def write(self, rank: int, stream: str, lines: list[str]) -> None:
-        from .metrics import LINE_PREFIX
+        from jupyter_dist.engine.metrics import LINE_PREFIX
 
         kept = [line for line in lines if not is_provisional(line) and not line.startswith(LINE_PREFIX)]
         if not kept:
@@ -294,7 +294,7 @@ class LiveTextSink(TextSink):
 
     def __init__(self, charts: bool = True) -> None:
         super().__init__(charts)
-        from .views.ranks import OutputModel
+        from jupyter_dist.views.ranks import OutputModel
 
         self.model = OutputModel(self.KEEP_LINES_PER_RANK)
         self.view: Any = None
@@ -307,8 +307,8 @@ class LiveTextSink(TextSink):
         self._chart_version = -1
 
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
-        from .views.live import RunView
-        from .views.ranks import OutputModel
+        from jupyter_dist.views.live import RunView
+        from jupyter_dist.views.ranks import OutputModel
 
         super().start(places, shown, logs)
         self.model = OutputModel(self.KEEP_LINES_PER_RANK, self.labels)
@@ -355,14 +355,14 @@ class LiveTextSink(TextSink):
     def _chart_loop(self) -> None:
         lowest_priority()
         with contextlib.suppress(Exception):
-            from .views import svg_chart  # noqa: F401 - imported now (and numpy), before the first points
+            from jupyter_dist.views import svg_chart  # noqa: F401 - imported now (and numpy), before the first points
         while not self._stop.wait(self.UPDATE_S):
             with contextlib.suppress(Exception):  # a view glitch must never stop the run
                 self.refresh_chart()
 
     def refresh(self) -> None:
         """Push the text that changed to the widget (called by the timer thread under the lock)."""
-        from .views.ranks import ALL, render_html
+        from jupyter_dist.views.ranks import ALL, render_html
 
         view = self.view
         if view is None or not view.active:
@@ -388,7 +388,7 @@ class LiveTextSink(TextSink):
                 return False
             t = time.monotonic()
             store, version = self.metrics.copy(), self.metrics.version
-        from .views.svg_chart import metrics_svg
+        from jupyter_dist.views.svg_chart import metrics_svg
 
         svg = metrics_svg(store)
         self._chart_cost = time.monotonic() - t
@@ -410,7 +410,7 @@ class LiveTextSink(TextSink):
 
     def transcript(self) -> str:
         """The static transcript as text (displays shown by their text/plain)."""
-        from .views.ranks import transcript_parts
+        from jupyter_dist.views.ranks import transcript_parts
 
         return "\n".join(p if isinstance(p, str) else f"{p[0]} display: {p[1]['data'].get('text/plain', '')}"
                          for p in transcript_parts(self.model, self.logs))
@@ -418,7 +418,7 @@ class LiveTextSink(TextSink):
     def print_transcript(self) -> None:
         from IPython.display import publish_display_data
 
-        from .views.ranks import transcript_parts
+        from jupyter_dist.views.ranks import transcript_parts
 
         text: list[str] = []
         for part in transcript_parts(self.model, self.logs):
@@ -449,6 +449,6 @@ def lowest_priority() -> None:
 
 def default_sink() -> OutputSink:
     """The live display in a kernel, plain labelled lines elsewhere (terminal IPython, tests)."""
-    from .views.live import in_kernel
+    from jupyter_dist.views.live import in_kernel
 
     return LiveTextSink() if in_kernel() else TextSink()

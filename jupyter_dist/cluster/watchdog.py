@@ -1,4 +1,4 @@
-"""`python -m jupyter_dist.watchdog KERNEL_PID PIDFILE`: stop the cluster if the kernel dies.
+"""`python -m jupyter_dist.cluster.watchdog KERNEL_PID PIDFILE`: stop the cluster if the kernel dies.
 
 A kernel that is killed (restart, SIGKILL) runs no atexit handler; the controller, `mpiexec`
 and engines run in process groups of their own and would outlive it. This process, in a

@@ -23,11 +23,11 @@ from typing import Any
 import psutil
 from IPython.core.error import UsageError
 
-from . import engine as engine_side
-from . import hosts as hostmod
-from .fabric import find_mpiexec
-from .launch_session import in_this_session
-from .layout import free_ports
+from jupyter_dist.cluster import hosts as hostmod
+from jupyter_dist.cluster.launch_session import in_this_session
+from jupyter_dist.engine import setup as engine_side
+from jupyter_dist.plan.fabric_env import find_mpiexec
+from jupyter_dist.plan.layout import free_ports
 
 STATE_DIR = Path(os.environ.get("JUPYTER_DIST_DIR", Path.home() / ".jupyter_dist"))
 START_TIMEOUT = float(os.environ.get("JUPYTER_DIST_START_TIMEOUT", "180"))
@@ -69,7 +69,7 @@ def check_shape(shape: ClusterShape, family: str = "") -> None:
 
 def slurm_job(shape: ClusterShape) -> Any:
     """The Slurm job of a `--launcher slurm` shape; its options are checked on the way."""
-    from .launchers_slurm import job_from
+    from jupyter_dist.cluster.launchers.slurm import job_from
 
     nodes = shape.slurm_nodes or 1
     return job_from(nodes, shape.world_size // nodes, shape.slurm)
@@ -218,7 +218,7 @@ class EngineCluster:
         elif shape.launcher == "ssh":
             notes = [self._configure_ssh(cluster, shape, controller_ip)]
         elif shape.launcher == "slurm":
-            from .launchers_slurm import configure
+            from jupyter_dist.cluster.launchers.slurm import configure
 
             mpiexec = find_mpiexec()
             if mpiexec is None:
@@ -312,7 +312,7 @@ class EngineCluster:
     def _probe_nodes(self, shape: ClusterShape, controller_ip: str) -> None:
         """Each node's address (node 0's toward the controller, the others' toward node 0), its
         fabric as detected on it, and ports free there: asked of each node's first engine."""
-        from .fabric import NodeFabric
+        from jupyter_dist.plan.fabric_env import NodeFabric
 
         ppn = shape.procs_per_host
         leaders = [self.engines[n * ppn].engine_id for n in range(len(shape.hosts))]
@@ -418,7 +418,7 @@ class EngineCluster:
         """A separate process that stops the cluster if this kernel dies without cleaning up."""
         self._write_pidfile()
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_dist.watchdog", str(os.getpid()), str(self._pidfile)],
+            [sys.executable, "-m", "jupyter_dist.cluster.watchdog", str(os.getpid()), str(self._pidfile)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal, Protocol, TypedDict
 
-from jupyter_dist.defaults import (
+from jupyter_dist.plan.defaults import (
     BACKENDS,
     DEFAULT_FIELDS,
     FRAMEWORKS,

@@ -11,9 +11,11 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from . import bench, doctor, fabric
-from .layout import build_layout, is_local_host
-from .spec import RunSpec
+from jupyter_dist.engine import probes as bench
+from jupyter_dist.plan import fabric_env as fabric
+from jupyter_dist.plan.layout import build_layout, is_local_host
+from jupyter_dist.plan.spec import RunSpec
+from jupyter_dist.tools import doctor
 
 
 def detect_nodes(session: Any, spec: RunSpec) -> list[fabric.NodeFabric]:
@@ -33,8 +35,7 @@ def detect_nodes(session: Any, spec: RunSpec) -> list[fabric.NodeFabric]:
 
 
 def _detect_json(master_addr: str) -> dict[str, Any]:
-    from jupyter_dist import fabric as f
-
+    from jupyter_dist.plan import fabric_env as f
     return f.detect_node(master_addr).to_json()
 
 

@@ -22,8 +22,8 @@ import time
 import traceback
 from typing import IO, Any
 
-from jupyter_dist import engine
-from jupyter_dist.launch_session import own_group
+from jupyter_dist.cluster.launch_session import own_group
+from jupyter_dist.engine import setup as engine
 
 PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$", re.S)
 # What Open MPI's launcher gave the engine: a torchrun worker is not an MPI process, and
@@ -68,7 +68,7 @@ def worker_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
 
 def run(plan: dict[str, Any], cell: str | None) -> None:
     """Launch this node's torchrun over `cell` (or `plan["script"]`) and wait for it."""
-    from .torchrun import torchrun_command
+    from jupyter_dist.frameworks.torchrun import torchrun_command
 
     node = int(os.environ["NODE_RANK"])
     procs = int(plan["nproc_per_node"])

@@ -35,7 +35,7 @@ def add_hook(hooks: list[Any], fn: Any) -> None:
                for h in hooks):
         hooks.append(fn)
 
-# `__import__("jupyter_dist.engine_cells", ...).show_value(<expr>)`: resolves in any namespace
+# `__import__("jupyter_dist.engine.cells", ...).show_value(<expr>)`: resolves in any namespace
 _SHOW = ast.parse(f"__import__({__name__!r}, fromlist=['show_value']).show_value(None)", mode="eval").body
 
 
@@ -75,7 +75,7 @@ def _before_cell() -> None:
 def _after_cell() -> None:
     from IPython import get_ipython
 
-    from .engine import publish
+    from jupyter_dist.engine.setup import publish
 
     ours, _state["show_value"], _state["ours"] = _state["ours"], False, False
     for hook in END_OF_CELL:

@@ -16,7 +16,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from .defaults import BACKENDS, FRAMEWORKS, IB_MODES, LAUNCHERS, RunDefaults
+from jupyter_dist.plan.defaults import BACKENDS, FRAMEWORKS, IB_MODES, LAUNCHERS, RunDefaults
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

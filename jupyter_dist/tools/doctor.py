@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from IPython.core.error import UsageError
 
-from .fabric import (
+from jupyter_dist.plan.fabric_env import (
     NodeFabric,
     choose_interface,
     fabric_env,

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import engine as engine_side
-from .cluster import STATE_DIR, EngineCluster
-from .engine_cells import CELL_LABEL
-from .errors import OutputFetchError, RankFailure, RunTimeout
-from .layout import Layout, RankPlace
-from .output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
+from jupyter_dist.cluster.engines import STATE_DIR, EngineCluster
+from jupyter_dist.engine import setup as engine_side
+from jupyter_dist.engine.cells import CELL_LABEL
+from jupyter_dist.errors import OutputFetchError, RankFailure, RunTimeout
+from jupyter_dist.plan.layout import Layout, RankPlace
+from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
 
 POLL_FIRST_S = 0.05  # a short cell ends within it, with no poll in between
 POLL_S = 0.01  # while output flows

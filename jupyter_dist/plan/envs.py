@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .frameworks import Framework, RunContext
+from jupyter_dist.frameworks import Framework, RunContext
 
 
 def compose(fabric: Mapping[str, str], framework: Mapping[str, str], user: Mapping[str, str]) -> dict[str, str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from .layout import is_local_host
+from jupyter_dist.plan.layout import is_local_host
 
 # The command PRRTE starts its remote daemons with (`plm_ssh_agent`), e.g. "ssh -F ~/cluster.conf".
 SSH_ENV = "JUPYTER_DIST_SSH"
@@ -192,8 +192,8 @@ def node_plan(views: list[Mapping[str, Any]]) -> tuple[tuple[str, ...], tuple[in
 def node_view(toward: str, master_addr: str | None, nports: int) -> dict[str, Any]:
     """This node's address toward `toward` (the controller for node 0, node 0 for the others),
     its fabric as seen toward the master, and `nports` + 1 ports free on that address."""
-    from .fabric import detect_node
-    from .layout import free_ports
+    from jupyter_dist.plan.fabric_env import detect_node
+    from jupyter_dist.plan.layout import free_ports
 
     addr = source_address(toward)
     fab = detect_node(master_addr or addr)

@@ -206,7 +206,7 @@ def torch_idempotent_init() -> None:
     init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
     init_process_group.__doc__ = original.__doc__
     dist.init_process_group = init_process_group
-    from .engine_cells import END_OF_CELL, add_hook
+    from jupyter_dist.engine.cells import END_OF_CELL, add_hook
 
     add_hook(END_OF_CELL, torch_group_gone)
 
@@ -390,6 +390,5 @@ def publish(key: str, data: Any) -> None:
 def _watch_cells() -> None:
     from IPython import get_ipython
 
-    from . import engine_cells
-
+    from jupyter_dist.engine import cells as engine_cells
     engine_cells.watch(get_ipython())

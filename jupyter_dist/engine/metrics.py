@@ -198,7 +198,7 @@ def _sender() -> Any:
 
 
 def _pick_sender() -> Any:
-    engine = sys.modules.get("jupyter_dist.engine")
+    engine = sys.modules.get("jupyter_dist.engine.setup")
     if engine is not None and engine._state.get("rank") is not None:
         return lambda payload: engine.publish(KEY, payload)
     if os.environ.get("JUPYTER_DIST_FRAMEWORK"):  # a worker process of a jupyter-dist run
@@ -229,9 +229,9 @@ def _watch() -> None:
     """Hook the end of the cell on an engine (once); elsewhere flush at exit."""
     if _state["watching"]:
         return
-    engine = sys.modules.get("jupyter_dist.engine")
+    engine = sys.modules.get("jupyter_dist.engine.setup")
     if engine is not None and engine._state.get("rank") is not None:
-        from .engine_cells import END_OF_CELL, add_hook
+        from jupyter_dist.engine.cells import END_OF_CELL, add_hook
 
         add_hook(END_OF_CELL, end_of_cell)
         _state["watching"] = True
@@ -241,9 +241,9 @@ def _watch() -> None:
 
 
 def install() -> None:
-    """Engine set-up hook ("jupyter_dist.metrics:install"): end-of-cell flush, torch step counting,
+    """Engine set-up hook ("jupyter_dist.engine.metrics:install"): end-of-cell flush, torch step counting,
     and, before each cell, text progress bars (a widget bar made on a rank can never be seen)."""
-    from .engine_cells import BEFORE_CELL, add_hook
+    from jupyter_dist.engine.cells import BEFORE_CELL, add_hook
 
     _watch()
     _hook_torch()

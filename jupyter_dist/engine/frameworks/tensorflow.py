@@ -9,7 +9,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ._patch import when_imported
+from jupyter_dist.engine.frameworks.patch import when_imported
 
 _state: dict[str, Any] = {}  # "server": (cluster key, Server); "mwms": (TF_CONFIG, strategy)
 

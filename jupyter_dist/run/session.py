@@ -16,16 +16,17 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from . import fabric, frameworks
-from .cluster import ClusterShape, EngineCluster, check_shape, find_mpiexec
-from .defaults import STORE, DefaultsStore
-from .envs import rank_environments
-from .errors import OutputFetchError
-from .frameworks import Framework, RunContext
-from .layout import Layout, build_layout, port_in_use
-from .output import OutputSink, default_sink
-from .runner import Execution, Runner, RunOutcome
-from .spec import RunSpec, remembered
+from jupyter_dist import frameworks
+from jupyter_dist.cluster.engines import ClusterShape, EngineCluster, check_shape, find_mpiexec
+from jupyter_dist.errors import OutputFetchError
+from jupyter_dist.frameworks import Framework, RunContext
+from jupyter_dist.plan import fabric_env as fabric
+from jupyter_dist.plan.defaults import STORE, DefaultsStore
+from jupyter_dist.plan.envs import rank_environments
+from jupyter_dist.plan.layout import Layout, build_layout, port_in_use
+from jupyter_dist.plan.spec import RunSpec, remembered
+from jupyter_dist.run.output import OutputSink, default_sink
+from jupyter_dist.run.runner import Execution, Runner, RunOutcome
 
 
 @dataclass
@@ -141,9 +142,9 @@ class DistSession:
         p.envs = rank_environments(ctx, p.framework, fenvs)
         hooks = p.framework.engine_hooks
         if p.backend == "nccl":
-            hooks = ("jupyter_dist.engine:cuda_set_device", *hooks)
+            hooks = ("jupyter_dist.engine.setup:cuda_set_device", *hooks)
         # metrics: end-of-cell flush and torch step counting on every rank (see metrics.install)
-        p.hooks = (*hooks, "jupyter_dist.metrics:install")
+        p.hooks = (*hooks, "jupyter_dist.engine.metrics:install")
         self.runner.setup(p.envs, p.hooks, os.getcwd())
 
     def _plan_key(self, spec: RunSpec) -> tuple[Any, ...]:
@@ -211,8 +212,8 @@ class DistSession:
         """Run the cell once per world size in `spec.scaling`, then chart throughput against ideal
         linear scaling. Each size keeps the procs per node where it divides it, else 1 node x size.
         Every size is checked before the first one starts."""
-        from .metrics import ScalingPoint, scaling_result, scaling_shape
-        from .views.charts import show_scaling
+        from jupyter_dist.engine.metrics import ScalingPoint, scaling_result, scaling_shape
+        from jupyter_dist.views.charts import show_scaling
 
         plans = []
         for size in spec.scaling:
@@ -340,12 +341,12 @@ def compile_problem(source: str) -> str | None:
 def script_code(spec: RunSpec) -> str:
     """Script mode: the engine expands $RANK-style arguments per rank and runs the file as __main__."""
     path = os.path.abspath(spec.script or "")
-    return f"__import__('jupyter_dist.engine').engine.run_script({path!r}, {list(spec.script_args)!r})"
+    return f"__import__('jupyter_dist.engine.setup').engine.run_script({path!r}, {list(spec.script_args)!r})"
 
 
 def start_progress() -> Callable[[int, int, float], None]:
     """'starting engines: 3/4 registered (2.1 s)' live while engines come up, then one line."""
-    from .views.live import LiveArea
+    from jupyter_dist.views.live import LiveArea
 
     state: dict[str, Any] = {}
 

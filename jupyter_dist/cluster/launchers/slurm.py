@@ -29,8 +29,8 @@ from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
 from IPython.core.error import UsageError
 from traitlets import default
 
-from .export import SLURM_VALUE
-from .hosts import CONTROLLER_IP_ENV, pick_controller_address, source_address
+from jupyter_dist.cluster.hosts import CONTROLLER_IP_ENV, pick_controller_address, source_address
+from jupyter_dist.tools.export import SLURM_VALUE
 
 # Extra `sbatch` options for every engine job (e.g. "--qos=debug --gres=gpu:4"), for what has no flag.
 OPTIONS_VAR = "JUPYTER_DIST_SLURM_OPTIONS"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from IPython.core.error import UsageError
 
-from .spec import RunSpec
+from jupyter_dist.plan.spec import RunSpec
 
 FORMATS: tuple[str, ...] = ("torchrun", "mpirun", "sbatch", "azureml")
 DEFAULT_SCRIPT = "distrun_export.py"
@@ -112,8 +112,7 @@ def parse_options(argv: list[str]) -> ExportOptions:
 
 def family_of(framework: str) -> str:
     try:
-        from . import frameworks
-
+        from jupyter_dist import frameworks
         return frameworks.get(framework).family
     except UsageError:
         return FAMILY_OF[framework]
@@ -127,8 +126,8 @@ def default_format(spec: RunSpec) -> str:
 
 def _framework_envs(spec: RunSpec) -> list[dict[str, str]] | None:
     """Every rank's framework environment for the layout, or None when the module is not here."""
-    from . import frameworks
-    from .layout import build_layout
+    from jupyter_dist import frameworks
+    from jupyter_dist.plan.layout import build_layout
 
     try:
         fw = frameworks.get(spec.framework)
@@ -436,7 +435,7 @@ def script_text(spec: RunSpec, code: str | None, script_dir: str = ".") -> tuple
     family = family_of(spec.framework)
     notes: list[str] = []
     envs = _framework_envs(spec)
-    from .layout import build_layout
+    from jupyter_dist.plan.layout import build_layout
 
     layout = build_layout(spec.nodes, spec.procs_per_node, spec.hosts, master_port=spec.master_port or DEFAULT_MASTER_PORT)
     constants = framework_constants(envs)
@@ -755,7 +754,7 @@ def build(spec: RunSpec, code: str | None, options: ExportOptions) -> Export:
     _check_family(fmt, spec, family)
     directory, name = check_file(options.file)
     text, notes = script_text(spec, code, directory or ".")
-    from .layout import build_layout
+    from jupyter_dist.plan.layout import build_layout
 
     port = spec.master_port or DEFAULT_MASTER_PORT
     layout = build_layout(spec.nodes, spec.procs_per_node, spec.hosts, master_port=port)
