@@ -27,7 +27,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from jupyter_dist.plan.layout import free_ports
+from jupyter_dist.common.ports import free_ports
 
 TRAIN = textwrap.dedent(
     """

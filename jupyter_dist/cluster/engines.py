@@ -25,9 +25,10 @@ from IPython.core.error import UsageError
 
 from jupyter_dist.cluster import hosts as hostmod
 from jupyter_dist.cluster.launch_session import in_this_session
+from jupyter_dist.common.hosts import is_local_host
+from jupyter_dist.common.ports import free_ports
 from jupyter_dist.engine import setup as engine_side
 from jupyter_dist.plan.fabric_env import find_mpiexec
-from jupyter_dist.plan.layout import free_ports
 
 STATE_DIR = Path(os.environ.get("JUPYTER_DIST_DIR", Path.home() / ".jupyter_dist"))
 START_TIMEOUT = float(os.environ.get("JUPYTER_DIST_START_TIMEOUT", "180"))
@@ -144,7 +145,7 @@ class EngineCluster:
             return False
         if any(e.engine_id not in ids for e in self.engines):
             return False
-        return all(pid_alive(e.pid) for e in self.engines if _is_here(e.host))
+        return all(pid_alive(e.pid) for e in self.engines if is_local_host(e.host))
 
     def ensure(
         self,
@@ -262,7 +263,7 @@ class EngineCluster:
         ppn = shape.procs_per_host
         hostfile = profile_dir / "hostfile"
         hostfile.write_text(hostmod.hostfile_text(shape.hosts, ppn))
-        addrs = [hostmod.resolve_host(h) for h in shape.hosts if not hostmod.is_local_host(h)]
+        addrs = [hostmod.resolve_host(h) for h in shape.hosts if not is_local_host(h)]
         include = hostmod.include_networks(controller_ip, hostmod.interface_prefixlen(controller_ip), addrs)
         env.update(hostmod.multihost_mpi_env(include, os.environ))
         ssh = hostmod.ssh_command(os.environ)
@@ -435,7 +436,7 @@ class EngineCluster:
 
     def _write_pidfile(self) -> None:
         """What the watchdog stops if the kernel dies: local pids, and the engines' Slurm job."""
-        pids = self._cluster_pids() + [e.pid for e in self.engines if _is_here(e.host)]
+        pids = self._cluster_pids() + [e.pid for e in self.engines if is_local_host(e.host)]
         tokens = [str(p) for p in sorted(set(pids))]
         job_id = getattr(self._engine_set(), "job_id", None)
         if job_id:
@@ -458,7 +459,7 @@ class EngineCluster:
         """Stop controller and engines; kill any process of theirs that outlives the stop."""
         roots = self._cluster_pids()
         groups = _own_groups(roots)
-        tree = _process_tree(roots + [e.pid for e in self.engines if _is_here(e.host)])
+        tree = _process_tree(roots + [e.pid for e in self.engines if is_local_host(e.host)])
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close()
@@ -512,7 +513,7 @@ class EngineCluster:
                 alive_ids = set(self._client.ids)
         ranks = []
         for e in self.engines:
-            dead = e.engine_id not in alive_ids or (_is_here(e.host) and not pid_alive(e.pid))
+            dead = e.engine_id not in alive_ids or (is_local_host(e.host) and not pid_alive(e.pid))
             ranks.append({"rank": e.rank, "engine_id": e.engine_id, "pid": e.pid, "host": e.host,
                           "state": "dead" if dead else ("busy" if self.busy else "idle")})
         return {
@@ -563,12 +564,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _is_here(host: str) -> bool:
-    import socket
-
-    return host in (socket.gethostname(), "localhost", "127.0.0.1")
 
 
 def _process_tree(pids: list[int]) -> list[psutil.Process]:

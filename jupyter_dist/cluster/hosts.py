@@ -17,7 +17,8 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from jupyter_dist.plan.layout import is_local_host
+from jupyter_dist.common.hosts import is_ip, is_local_host
+from jupyter_dist.common.ports import free_ports
 
 # The command PRRTE starts its remote daemons with (`plm_ssh_agent`), e.g. "ssh -F ~/cluster.conf".
 SSH_ENV = "JUPYTER_DIST_SSH"
@@ -76,14 +77,6 @@ def ssh_command(env: Mapping[str, str]) -> str | None:
     if ":" in text or any(" " in w for w in words):
         raise UsageError(f"${SSH_ENV} must be a command and options without ':' or quoted spaces, not {text!r}.")
     return " ".join(words)
-
-
-def is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def resolve_host(host: str) -> str:
@@ -193,7 +186,6 @@ def node_view(toward: str, master_addr: str | None, nports: int) -> dict[str, An
     """This node's address toward `toward` (the controller for node 0, node 0 for the others),
     its fabric as seen toward the master, and `nports` + 1 ports free on that address."""
     from jupyter_dist.plan.fabric_env import detect_node
-    from jupyter_dist.plan.layout import free_ports
 
     addr = source_address(toward)
     fab = detect_node(master_addr or addr)

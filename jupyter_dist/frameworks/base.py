@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from jupyter_dist.plan.layout import Layout
-from jupyter_dist.plan.spec import RunSpec
+if TYPE_CHECKING:  # the plan builds these and hands them in: frameworks sit below it
+    from jupyter_dist.plan.layout import Layout
+    from jupyter_dist.plan.spec import RunSpec
 
 
 @functools.cache

@@ -13,8 +13,8 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from jupyter_dist.common.ports import port_in_use
 from jupyter_dist.frameworks.base import Framework, RunContext, omp_threads
-from jupyter_dist.plan.layout import port_in_use
 from jupyter_dist.plan.spec import RunSpec
 
 AGENT = "jupyter_dist.engine.frameworks.torchrun_agent"

@@ -18,12 +18,13 @@ from IPython.core.error import UsageError
 
 from jupyter_dist import frameworks
 from jupyter_dist.cluster.engines import ClusterShape, EngineCluster, check_shape, find_mpiexec
+from jupyter_dist.common.ports import port_in_use
 from jupyter_dist.errors import OutputFetchError
 from jupyter_dist.frameworks import Framework, RunContext
 from jupyter_dist.plan import fabric_env as fabric
 from jupyter_dist.plan.defaults import STORE, DefaultsStore
 from jupyter_dist.plan.envs import rank_environments
-from jupyter_dist.plan.layout import Layout, build_layout, port_in_use
+from jupyter_dist.plan.layout import Layout, build_layout
 from jupyter_dist.plan.spec import RunSpec, remembered
 from jupyter_dist.run.output import OutputSink, default_sink
 from jupyter_dist.run.runner import Execution, Runner, RunOutcome

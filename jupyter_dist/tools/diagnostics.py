@@ -11,9 +11,10 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from jupyter_dist.common.hosts import is_local_host
 from jupyter_dist.engine import probes as bench
 from jupyter_dist.plan import fabric_env as fabric
-from jupyter_dist.plan.layout import build_layout, is_local_host
+from jupyter_dist.plan.layout import build_layout
 from jupyter_dist.plan.spec import RunSpec
 from jupyter_dist.tools import doctor
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_dist.plan.layout import free_ports
+from jupyter_dist.common.ports import free_ports
 
 pytest.importorskip("torch")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cells import ddp_cell
 
-from jupyter_dist.plan.layout import free_ports
+from jupyter_dist.common.ports import free_ports
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 

@@ -4,7 +4,8 @@ import socket
 
 import pytest
 
-from jupyter_dist.plan.layout import LISTEN_PORTS_LOW, build_layout, ephemeral_low, free_ports, port_in_use
+from jupyter_dist.common.ports import LISTEN_PORTS_LOW, ephemeral_low, free_ports, port_in_use
+from jupyter_dist.plan.layout import build_layout
 
 
 @pytest.mark.parametrize(("nodes", "procs"), [(1, 1), (1, 4), (2, 2), (4, 1)])

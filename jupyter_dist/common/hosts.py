@@ -1,0 +1,24 @@
+"""Host names: the one answer to "is this host the kernel's own" (stdlib only, used on both sides)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+LOCAL_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1"})
+
+
+def is_local_host(host: str) -> bool:
+    """`host` names this machine: loopback, an empty name, or this host's own name (short or full)."""
+    if host in LOCAL_HOSTS:
+        return True
+    return host in {socket.gethostname(), socket.getfqdn()}
+
+
+def is_ip(text: str) -> bool:
+    """An IPv4 or IPv6 address literal."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,69 @@
+"""The settings a user may tune, in one place, each with its help (traitlets, as nbclient does).
+
+In a notebook: `%config DistSettings.start_timeout = 300`, or in `ipython_config.py`
+(`c.DistSettings.start_timeout = 300`). Each default also reads an environment variable, named in
+its help, when the settings are first made (not at import): a CI job or a launcher script can set
+it without touching the notebook.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from traitlets import Float, Unicode, default
+from traitlets.config import Configurable
+
+
+def _env_float(name: str, fallback: float) -> float:
+    try:
+        return float(os.environ[name])
+    except (KeyError, ValueError):
+        return fallback
+
+
+class DistSettings(Configurable):
+    """jupyter-dist's tunable settings (`%config DistSettings` lists them)."""
+
+    state_dir = Unicode(help="Folder for the cluster's state, per-rank logs and stacks "
+                             "(default $JUPYTER_DIST_DIR, else ~/.jupyter_dist).").tag(config=True)
+    start_timeout = Float(help="Seconds the engines may take to start before the start is given up "
+                               "(default $JUPYTER_DIST_START_TIMEOUT, else 180).").tag(config=True)
+    fail_grace = Float(help="Seconds the other ranks get to finish or fail after the first rank failed "
+                            "(default $JUPYTER_DIST_FAIL_GRACE, else 3).").tag(config=True)
+    interrupt_grace = Float(help="Seconds a rank gets to stop after an interrupt before its engine is given up "
+                                 "(default $JUPYTER_DIST_INTERRUPT_GRACE, else 5).").tag(config=True)
+    output_wait = Float(help="Seconds to wait for the ranks' last output once the cell ended "
+                             "(default $JUPYTER_DIST_OUTPUT_WAIT, else 60).").tag(config=True)
+
+    @default("state_dir")
+    def _state_dir(self) -> str:
+        return os.environ.get("JUPYTER_DIST_DIR") or str(Path.home() / ".jupyter_dist")
+
+    @default("start_timeout")
+    def _start_timeout(self) -> float:
+        return _env_float("JUPYTER_DIST_START_TIMEOUT", 180.0)
+
+    @default("fail_grace")
+    def _fail_grace(self) -> float:
+        return _env_float("JUPYTER_DIST_FAIL_GRACE", 3.0)
+
+    @default("interrupt_grace")
+    def _interrupt_grace(self) -> float:
+        return _env_float("JUPYTER_DIST_INTERRUPT_GRACE", 5.0)
+
+    @default("output_wait")
+    def _output_wait(self) -> float:
+        return _env_float("JUPYTER_DIST_OUTPUT_WAIT", 60.0)
+
+
+_settings: DistSettings | None = None
+
+
+def settings() -> DistSettings:
+    """This process's settings (made on first use; `load_ipython_extension` registers the same object
+    with the shell so that `%config` reaches it)."""
+    global _settings
+    if _settings is None:
+        _settings = DistSettings()
+    return _settings
