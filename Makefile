@@ -29,8 +29,10 @@ $(STAMP): pyproject.toml | $(PY)
 
 venv: $(STAMP)
 
+# ruff, then the layers of docs/architecture.md (import-linter's contracts in pyproject.toml)
 lint: venv
 	$(BIN)/ruff check jupyter_dist tests benchmarks
+	$(BIN)/lint-imports
 
 demo: venv
 	mkdir -p $(REPORTS)

@@ -61,9 +61,9 @@ TRAIN = textwrap.dedent(
     print(f"RATE {rank} {steps * batch / elapsed:.3f} {cpu:.3f} {main:.3f}", flush=True)
     """
 )
-TEXT_SINK = ("import jupyter_dist; from jupyter_dist.run.output import TextSink; "
-             "jupyter_dist.get_session().runner.sink_factory = TextSink")
-LIVE_SINK = ("import jupyter_dist; from jupyter_dist.run.output import default_sink; "
+TEXT_SINK = ("import jupyter_dist; from jupyter_dist.views.live_output import text_sink; "
+             "jupyter_dist.get_session().runner.sink_factory = text_sink")
+LIVE_SINK = ("import jupyter_dist; from jupyter_dist.views.live_output import default_sink; "
              "jupyter_dist.get_session().runner.sink_factory = default_sink")
 RATE = re.compile(r"RATE (\d+) ([0-9.]+) ([0-9.]+) ([0-9.]+)")
 

@@ -61,13 +61,8 @@ def worker(
     import torch
     import torch.distributed as dist
 
-    from jupyter_dist.engine.probes import (
-        DEFAULT_SIZES,
-        allreduce_bench,
-        chart_png,
-        format_table,
-        local_copy_bandwidth,
-    )
+    from jupyter_dist.engine.probes import DEFAULT_SIZES, allreduce_bench, local_copy_bandwidth
+    from jupyter_dist.tools.bench_report import chart_png, format_table
 
     cuda = backend == "nccl"
     if cuda:
@@ -130,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("torch is not installed: nothing to check")
         return 0
-    from jupyter_dist.plan.fabric_env import detect_node, fabric_env, resolve_backend
+    from jupyter_dist.engine.node_probe import detect_node
+    from jupyter_dist.plan.fabric_env import fabric_env, resolve_backend
     from jupyter_dist.tools.doctor import build_report
 
     t0 = time.perf_counter()

@@ -12,15 +12,18 @@ __version__ = "0.1.0"
 __all__ = ["load_ipython_extension", "unload_ipython_extension", "report", "panel", "__version__"]
 
 _session: Any = None
+_sidebar: Any = None  # the sidebar comm's kernel side (`ui.sidebar.Sidebar`), one per kernel
 
 
 def get_session() -> Any:
-    """This kernel's `DistSession` (created on first use)."""
+    """This kernel's `DistSession` (created on first use), with the views as its sinks and display."""
     global _session
     if _session is None:
         from jupyter_dist.run.session import DistSession
+        from jupyter_dist.views.live_output import default_sink
+        from jupyter_dist.views.run_display import NOTEBOOK
 
-        _session = DistSession()
+        _session = DistSession(sink_factory=default_sink, display=NOTEBOOK)
     return _session
 
 
@@ -31,17 +34,21 @@ def load_ipython_extension(ipython: Any) -> None:
 
     session = get_session()
     ipython.register_magics(DistMagics(ipython, session))
-    try:
-        from jupyter_dist.ui import sidebar as comm
-    except ImportError:  # the sidebar protocol is optional for plain IPython
-        comm = None
-    if comm is not None:
-        comm.register(ipython)
-        comm.set_cluster_control(session.control())
-        from jupyter_dist.cluster.status import add_status_listener
-
-        add_status_listener(session.cluster, comm.notify_status)
+    _wire_sidebar(ipython, session)
     atexit.register(session.shutdown)
+
+
+def _wire_sidebar(ipython: Any, session: Any) -> None:
+    """The kernel's one sidebar (made at the first `%load_ext`) shows this session's store and cluster."""
+    global _sidebar
+    from jupyter_dist.cluster.status import add_status_listener
+    from jupyter_dist.ui import sidebar
+
+    if _sidebar is None:
+        _sidebar = sidebar.Sidebar(session.store)
+    _sidebar.attach(session.store, session.control())
+    sidebar.register(ipython, _sidebar)
+    add_status_listener(session.cluster, _sidebar.notify_status)
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -2,9 +2,9 @@
 
 `--hosts h1,h2` (or `--hostfile`) starts one node per host under one `mpiexec`, whose launcher
 (PRRTE) starts its daemons on the other hosts over ssh, so every engine is in one MPI world.
-The kernel-side pieces here are pure, except `source_address` and `interface_prefixlen`, which
-ask this host's routing table and interfaces (no packet is sent). `node_view` runs on a node's
-first engine once the engines are up.
+The kernel-side pieces here are pure, except `controller_address` and `interface_prefixlen`, which
+ask this host's routing table and interfaces (no packet is sent). What a node's first engine reports
+once the engines are up comes from `engine.node_probe.node_view`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import psutil
 from IPython.core.error import UsageError
 
-from jupyter_dist.common.hosts import is_ip, is_local_host
-from jupyter_dist.common.ports import free_ports
+from jupyter_dist.common.hosts import is_ip, is_local_host, source_address
 
 # The command PRRTE starts its remote daemons with (`plm_ssh_agent`), e.g. "ssh -F ~/cluster.conf".
 SSH_ENV = "JUPYTER_DIST_SSH"
@@ -90,14 +90,6 @@ def resolve_host(host: str) -> str:
     return str(infos[0][4][0])
 
 
-def source_address(dest: str) -> str:
-    """The local address the routing table uses toward `dest` (a UDP connect sends nothing)."""
-    family = socket.AF_INET6 if ":" in dest else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        s.connect((dest, 9))
-        return str(s.getsockname()[0])
-
-
 def pick_controller_address(sources: Mapping[str, str], override: str | None = None) -> str:
     """The one kernel-side address every remote host is reached from (`sources`: host -> address).
 
@@ -130,8 +122,6 @@ def controller_address(hosts: Iterable[str], env: Mapping[str, str]) -> str:
 
 def interface_prefixlen(addr: str) -> int:
     """The prefix length of the local interface holding `addr` (32/128 when none is found)."""
-    import psutil
-
     for entries in psutil.net_if_addrs().values():
         for e in entries:
             if e.address == addr and e.netmask:
@@ -177,17 +167,3 @@ def node_plan(views: list[Mapping[str, Any]]) -> tuple[tuple[str, ...], tuple[in
     addrs = tuple(str(v["addr"]) for v in views)
     task_ports = tuple(p for v in views for p in v["ports"][1:])
     return addrs, task_ports, int(views[0]["ports"][0])
-
-
-# -- on a node's first engine --------------------------------------------------------------
-
-
-def node_view(toward: str, master_addr: str | None, nports: int) -> dict[str, Any]:
-    """This node's address toward `toward` (the controller for node 0, node 0 for the others),
-    its fabric as seen toward the master, and `nports` + 1 ports free on that address."""
-    from jupyter_dist.plan.fabric_env import detect_node
-
-    addr = source_address(toward)
-    fab = detect_node(master_addr or addr)
-    return {"addr": addr, "fabric": fab.to_json(), "ports": list(free_ports(nports + 1, addr)),
-            "host": socket.gethostname()}

@@ -12,17 +12,10 @@ group gets (an interrupt, a kill of the kernel's group), which is what the new s
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
-
-def own_group() -> dict[str, Any]:
-    """`subprocess.Popen` arguments for a child in a process group of its own, in this session."""
-    if sys.version_info >= (3, 11):
-        return {"process_group": 0}
-    return {"preexec_fn": os.setpgrp}
+from jupyter_dist.common.process_group import own_group
 
 
 @contextlib.contextmanager

@@ -4,17 +4,39 @@ A kernel that is killed (restart, SIGKILL) runs no atexit handler; the controlle
 and engines run in process groups of their own and would outlive it. This process, in a
 session of its own, polls the kernel and kills every process listed in PIDFILE (and their children),
 and cancels the Slurm job listed there (`slurm:ID`), so that no job outlives the kernel.
+The kernel side writes PIDFILE (`write_pidfile`) and starts this process (`start`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
+from pathlib import Path
 
 import psutil
+
+from jupyter_dist.cluster.processes import kill_all, process_tree
+
+
+def write_pidfile(path: Path, pids: Iterable[int], tokens: Iterable[str] = ()) -> None:
+    """Local pids, then other things to stop (`slurm:ID`), space-separated."""
+    path.write_text(" ".join([*(str(p) for p in sorted(set(pids))), *tokens]))
+
+
+def start(pidfile: Path) -> subprocess.Popen:
+    """A watchdog of this process (the kernel), in a session of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "jupyter_dist.cluster.watchdog", str(os.getpid()), str(pidfile)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def read_tokens(path: str) -> list[str]:
@@ -34,27 +56,10 @@ def read_slurm_jobs(path: str) -> list[str]:
 
 def stop_all(pidfile: str) -> None:
     jobs = read_slurm_jobs(pidfile)
-    kill_trees(read_pids(pidfile))
+    kill_all(process_tree(read_pids(pidfile)))
     if jobs and shutil.which("scancel"):
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run(["scancel", *jobs], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-
-
-def kill_trees(pids: list[int], grace: float = 3.0) -> None:
-    procs: dict[int, psutil.Process] = {}
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            p = psutil.Process(pid)
-            procs[pid] = p
-            for c in p.children(recursive=True):
-                procs[c.pid] = c
-    for p in procs.values():
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
 
 
 def main(argv: list[str]) -> int:

@@ -22,3 +22,11 @@ def is_ip(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def source_address(dest: str) -> str:
+    """The local address the routing table uses toward `dest` (a UDP connect sends nothing)."""
+    family = socket.AF_INET6 if ":" in dest else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((dest, 9))
+        return str(s.getsockname()[0])

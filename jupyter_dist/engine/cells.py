@@ -1,5 +1,8 @@
 """Around each cell on an engine: hooks before and after it, and the value a `%%distrun` cell shows.
 
+Before every cell the namespace gets jupyter-dist's entry (`__jupyter_dist__`, engine.entry),
+through which the cell code the notebook writes reaches the engine.
+
 `%%distrun` sends its cells `silent` (ipyparallel's own default for `execute`): an engine then
 sends no `execute_input` message for the cell, and the wait for a warm 4-rank cell's replies is
 about 1.4 ms shorter (benchmarks/dispatch_phases.py). IPython runs a silent cell without its `pre_run_cell` and
@@ -17,12 +20,19 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from IPython import get_ipython
+from IPython.core.interactiveshell import ExecutionInfo
+
+from jupyter_dist.engine import entry
+from jupyter_dist.engine.publish import publish
+from jupyter_dist.engine.show import ends_in_semicolon
+
 # ipyparallel's request label on the cells %%distrun sends: tells its cells from %%px's
 CELL_LABEL = "jupyter-dist"
 
 # Run on every rank before each cell, given the cell's code (the request's text).
 BEFORE_CELL: list[Callable[[str], None]] = []
-# Run on every rank after each cell; each returns (key, data) to send back (engine.publish), or None.
+# Run on every rank after each cell; each returns (key, data) to send back (publish), or None.
 END_OF_CELL: list[Callable[[], tuple[str, Any] | None]] = []
 
 _state: dict[str, Any] = {"watching": False, "code": "", "show_value": False, "ours": False}
@@ -35,8 +45,9 @@ def add_hook(hooks: list[Any], fn: Any) -> None:
                for h in hooks):
         hooks.append(fn)
 
-# `__import__("jupyter_dist.engine.cells", ...).show_value(<expr>)`: resolves in any namespace
-_SHOW = ast.parse(f"__import__({__name__!r}, fromlist=['show_value']).show_value(None)", mode="eval").body
+
+# `__jupyter_dist__.show_value(<expr>)`: the name is bound before every cell (entry.bind)
+_SHOW = ast.parse(entry.call_code(entry.ENTRY.show_value, None), mode="eval").body
 
 
 def watch(shell: Any) -> None:
@@ -46,6 +57,7 @@ def watch(shell: Any) -> None:
     shell.events.register("pre_execute", _before_cell)
     shell.events.register("post_execute", _after_cell)
     shell.ast_transformers.append(ShowLastValue())
+    entry.bind(shell.user_ns)
     _state["watching"] = True
 
 
@@ -61,9 +73,8 @@ def request(shell: Any) -> tuple[str, bool]:
 
 
 def _before_cell() -> None:
-    from IPython import get_ipython
-
     shell = get_ipython()
+    entry.bind(shell.user_ns)
     code, ours = request(shell)
     _state["code"], _state["show_value"], _state["ours"] = code, ours, ours
     for hook in BEFORE_CELL:
@@ -73,10 +84,6 @@ def _before_cell() -> None:
 
 
 def _after_cell() -> None:
-    from IPython import get_ipython
-
-    from jupyter_dist.engine.setup import publish
-
     ours, _state["show_value"], _state["ours"] = _state["ours"], False, False
     for hook in END_OF_CELL:
         item = hook()
@@ -89,8 +96,6 @@ def _after_cell() -> None:
 
 def run_info(code: str) -> Any:
     """The `ExecutionInfo` IPython would give `pre_run_cell` for this cell had it been sent loud."""
-    from IPython.core.interactiveshell import ExecutionInfo
-
     return ExecutionInfo(code, store_history=False, silent=False, shell_futures=True, cell_id=None)
 
 
@@ -118,33 +123,3 @@ def _at(tree: ast.AST, where: ast.AST) -> ast.AST:
     for sub in ast.walk(tree):
         ast.copy_location(sub, where)
     return tree
-
-
-def ends_in_semicolon(code: str) -> bool:
-    """IPython's rule for hiding a cell's value; code it cannot tokenize hides nothing."""
-    from IPython.core.displayhook import DisplayHook
-
-    try:
-        return bool(DisplayHook.semicolon_at_end_of_expression(code))
-    except Exception:  # noqa: BLE001 - a cell with magics may not tokenize as Python
-        return False
-
-
-def show_value(value: Any) -> None:
-    """What IPython's display hook does with a cell's last value, less its `;` check (made above,
-    on this cell's text: a silent cell leaves none in the history that check reads)."""
-    from IPython import get_ipython
-
-    hook = get_ipython().displayhook
-    hook.check_for_underscore()
-    if value is None:
-        return
-    hook.start_displayhook()
-    hook.write_output_prompt()
-    format_dict, md_dict = hook.compute_format_data(value)
-    hook.update_user_ns(value)
-    hook.fill_exec_result(value)
-    if format_dict:
-        hook.write_format_data(format_dict, md_dict)
-        hook.log_output(format_dict)
-    hook.finish_displayhook()

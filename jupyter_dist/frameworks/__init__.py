@@ -20,6 +20,9 @@ __all__ = ["Framework", "RunContext", "get", "registry"]
 
 @cache
 def registry() -> dict[str, Framework]:
+    """name -> framework, in the order the choices are offered (`Framework.order`, then name).
+
+    The one list of frameworks: `-f`, the panel, the sidebar's `welcome` and export read it."""
     found: dict[str, Framework] = {}
     for info in pkgutil.iter_modules(__path__):
         if info.name == "base":
@@ -31,7 +34,7 @@ def registry() -> dict[str, Framework]:
     for ep in entry_points(group="jupyter_dist.frameworks"):
         cls = ep.load()
         found[cls.name] = cls()
-    return found
+    return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
 
 
 def get(name: str) -> Framework:

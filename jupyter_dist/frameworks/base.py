@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,9 +36,10 @@ class Framework:
     name: ClassVar[str]
     family: ClassVar[str]  # "torch", "mpi", "tensorflow", "torchrun"
     title: ClassVar[str] = ""
+    order: ClassVar[int] = 1000  # place among the choices: built-ins 10..80, others after them
     module: ClassVar[str | None] = None  # import name the cell needs on the engines
     extra: ClassVar[str | None] = None  # pip extra that installs it
-    engine_hooks: ClassVar[tuple[str, ...]] = ()  # "module:function" run on every engine at set-up
+    engine_hooks: ClassVar[tuple[Callable[[], None], ...]] = ()  # engine functions run on every rank at set-up
     warm: ClassVar[bool] = True  # variables survive between cells
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
@@ -54,8 +56,9 @@ class Framework:
         """What the cell ranks execute; a per-node launcher (torchrun) wraps the user's code here."""
         return code
 
-    def stale_engines(self, cluster: Any, spec: RunSpec, backend: str) -> str | None:
+    def stale_engines(self, cluster: Any, spec: RunSpec, layout: Layout, backend: str) -> str | None:
         """Once engines of the run's shape are up: why they must restart first (a sentence), or None.
+        `layout` is the run's on these engines (their ports and addresses), as the session plans it.
         TensorFlow's processes join one cluster for their life; other frameworks need nothing."""
         return None
 

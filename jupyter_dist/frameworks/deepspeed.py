@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Mapping
 
+from jupyter_dist.engine.torch_hooks import torch_idempotent_init
 from jupyter_dist.frameworks.base import Framework, RunContext, torch_rank_env
 
 SHM_OP = "deepspeed_shm_comm"
@@ -60,9 +61,10 @@ class DeepSpeed(Framework):
     name = "deepspeed"
     family = "torch"
     title = "DeepSpeed"
+    order = 50  # place in the choices (flags, panel, sidebar)
     module = "deepspeed"
     extra = "deepspeed"
-    engine_hooks = ("jupyter_dist.engine.setup:torch_idempotent_init",)
+    engine_hooks = (torch_idempotent_init,)
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         return {**torch_rank_env(ctx, rank), **launcher_local_env(ctx, rank), **accelerator_env(ctx)}

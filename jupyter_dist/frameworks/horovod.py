@@ -2,7 +2,8 @@
 
 The run's layout decides ranks, local ranks and nodes (under `mpirun` Horovod would take nodes
 from host names, so virtual nodes on one host would look like one). Rank 0's engine serves
-Horovod's own HTTP rendezvous, started by an engine hook, at `Layout.task_ports[0]`.
+Horovod's own HTTP rendezvous, started by an engine hook (`jupyter_dist.engine.frameworks.horovod`),
+at `Layout.task_ports[0]`.
 Open MPI's per-rank variables (for the run's layout) are set too, for code written for MPI jobs.
 
 Horovod has no wheels: `python -m jupyter_dist.frameworks.horovod` builds its last release against
@@ -16,11 +17,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Any
 
+from jupyter_dist.engine.frameworks.horovod import NODES_VAR, serve_rendezvous
 from jupyter_dist.frameworks.base import Framework, RunContext, mpi_rank_env, omp_threads
 
-NODES_VAR = "JUPYTER_DIST_HOROVOD_NODES"  # rank 0 only: every node's Horovod host name
 RELEASE = "horovod==0.28.1"
 INSTALL = (f"python -m jupyter_dist.frameworks.horovod builds {RELEASE} against the torch installed here "
            "(a plain pip install of it fails on torch 2.x, whose headers need C++17)")
@@ -66,53 +66,16 @@ class Horovod(Framework):
     name = "horovod"
     family = "mpi"
     title = "Horovod (Gloo)"
+    order = 40  # place in the choices (flags, panel, sidebar)
     module = "horovod"
     extra = None
-    engine_hooks = ("jupyter_dist.frameworks.horovod:serve_rendezvous",)
+    engine_hooks = (serve_rendezvous,)
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         return {**mpi_rank_env(ctx, rank), **horovod_env(ctx, rank), **omp_threads(ctx)}
 
     def install_hint(self) -> str:
         return INSTALL
-
-
-_served: dict[str, Any] = {}
-
-
-def host_plan(env: dict[str, str] | os._Environ[str]) -> list[tuple[str, int, int, int, int, int, int]]:
-    """(hostname, rank, local_rank, cross_rank, size, local_size, cross_size) of every rank, as
-    horovodrun's rendezvous hands them out, from rank 0's environment."""
-    size, local = int(env["HOROVOD_SIZE"]), int(env["HOROVOD_LOCAL_SIZE"])
-    names = env[NODES_VAR].split(",")
-    return [(names[r // local], r, r % local, r // local, size, local, len(names)) for r in range(size)]
-
-
-def serve_rendezvous() -> None:
-    """Engine hook: on rank 0 of a Horovod run, Horovod's HTTP rendezvous for the run's plan."""
-    env = os.environ
-    if env.get("JUPYTER_DIST_FRAMEWORK") != "horovod" or env.get("HOROVOD_RANK") != "0":
-        return
-    import importlib.util
-
-    if importlib.util.find_spec("horovod") is None:
-        return
-    plan = host_plan(env)
-    port = int(env["HOROVOD_GLOO_RENDEZVOUS_PORT"])
-    key = repr((plan, port))
-    if _served.get("key") == key:
-        return
-    old = _served.pop("server", None)
-    if old is not None:
-        old.shutdown()
-    from horovod.runner.common.util.hosts import SlotInfo
-    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
-    from horovod.runner.util.threads import in_thread
-
-    server = RendezvousHTTPServer(("", port), RendezvousHandler, 0)
-    server.init([SlotInfo(*slot) for slot in plan])
-    in_thread(target=server.serve_forever)
-    _served.update(key=key, server=server)
 
 
 # -- building Horovod -------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jupyter_dist.engine.frameworks.lightning import patch_lightning
 from jupyter_dist.frameworks.base import Framework, RunContext, mpi_rank_env, omp_threads
 
 
@@ -9,10 +10,11 @@ class Mpi(Framework):
     name = "mpi"
     family = "mpi"
     title = "MPI"
+    order = 30  # place in the choices (flags, panel, sidebar)
     module = "mpi4py"
     extra = None
     # Lightning code written for Azure ML MPI jobs: node from the run's layout, not the host name
-    engine_hooks = ("jupyter_dist.frameworks.lightning:patch_lightning",)
+    engine_hooks = (patch_lightning,)
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         return {**mpi_rank_env(ctx, rank), **omp_threads(ctx)}

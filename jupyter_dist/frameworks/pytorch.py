@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jupyter_dist.engine.torch_hooks import torch_idempotent_init
 from jupyter_dist.frameworks.base import Framework, RunContext, torch_rank_env
 
 
@@ -9,9 +10,10 @@ class PyTorch(Framework):
     name = "pytorch"
     family = "torch"
     title = "PyTorch DDP"
+    order = 10  # place in the choices (flags, panel, sidebar)
     module = "torch"
     extra = "torch"
-    engine_hooks = ("jupyter_dist.engine.setup:torch_idempotent_init",)
+    engine_hooks = (torch_idempotent_init,)
 
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         return torch_rank_env(ctx, rank)

@@ -16,13 +16,16 @@ were given (`--ps` or the nodes changed) and they imported TensorFlow, the sessi
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from IPython.core.error import UsageError
 
+from jupyter_dist.engine.frameworks.tensorflow import imported, setup_tensorflow
 from jupyter_dist.frameworks.base import Framework, RunContext, omp_threads
-from jupyter_dist.plan.layout import Layout, build_layout
-from jupyter_dist.plan.spec import RunSpec
+
+if TYPE_CHECKING:  # the plan builds these and hands them in: frameworks sit below it
+    from jupyter_dist.plan.layout import Layout
+    from jupyter_dist.plan.spec import RunSpec
 
 
 def task_of(rank: int, world: int, ps: int) -> tuple[str, int]:
@@ -66,9 +69,10 @@ class TensorFlow(Framework):
     name = "tensorflow"
     family = "tensorflow"
     title = "TensorFlow (tf.distribute)"
+    order = 80  # place in the choices (flags, panel, sidebar)
     module = "tensorflow"
     extra = "tensorflow"
-    engine_hooks = ("jupyter_dist.engine.frameworks.tensorflow:setup_tensorflow",)
+    engine_hooks = (setup_tensorflow,)
 
     # engines (their pids) -> (signature, description) of the TensorFlow cluster they were given
     _given: ClassVar[dict[tuple[int, ...], tuple[str, str]]] = {}
@@ -90,12 +94,10 @@ class TensorFlow(Framework):
             return (0,)  # the chief coordinates; workers and parameter servers serve
         return tuple(range(ctx.layout.world_size))
 
-    def stale_engines(self, cluster: Any, spec: RunSpec, backend: str) -> str | None:
-        """Called by the session once engines of the run's shape are up: why they must restart
-        (a sentence), or None. Engines that never imported TensorFlow joined nothing."""
-        hosts = getattr(cluster, "node_addrs", ()) or spec.hosts  # as the session builds the run's layout
-        layout = build_layout(spec.nodes, spec.procs_per_node, tuple(hosts),
-                              master_port=spec.master_port or cluster.master_port, task_ports=cluster.task_ports)
+    def stale_engines(self, cluster: Any, spec: RunSpec, layout: Layout, backend: str) -> str | None:
+        """Called by the session once engines of the run's shape are up, with the run's layout on
+        them: why they must restart (a sentence), or None. Engines that never imported TensorFlow
+        joined nothing."""
         now = (cluster_signature(RunContext(spec, layout, backend)), describe(layout, spec.ps))
         engines = tuple(e.pid for e in cluster.engines)
         before = self._given.get(engines)
@@ -110,7 +112,5 @@ class TensorFlow(Framework):
 
 
 def _imported_tensorflow(cluster: Any) -> bool:
-    from jupyter_dist.engine.frameworks.tensorflow import imported
-
     ids = [e.engine_id for e in cluster.engines]
     return any(cluster.client[ids].apply_sync(imported))

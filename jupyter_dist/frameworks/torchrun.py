@@ -9,21 +9,17 @@ rank. The engines themselves carry only what the agent needs (`NODE_RANK`, `MAST
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
 from jupyter_dist.common.ports import port_in_use
+from jupyter_dist.engine.entry import ENTRY, call_code
+from jupyter_dist.engine.faults import release_torch_group
 from jupyter_dist.frameworks.base import Framework, RunContext, omp_threads
-from jupyter_dist.plan.spec import RunSpec
 
-AGENT = "jupyter_dist.engine.frameworks.torchrun_agent"
-ROLE = "default"  # torchrun's role name: its tee prefix is "[default<local rank>]:"
-
-NOT_WARM_NOTE = (
-    "jupyter-dist: -f torchrun starts new worker processes on every run: variables the cell "
-    "defines do not survive it (use -f pytorch to keep state on warm engines)."
-)
+if TYPE_CHECKING:  # the plan hands it in: frameworks sit below it
+    from jupyter_dist.plan.spec import RunSpec
 
 
 def launch_plan(ctx: RunContext) -> dict[str, Any]:
@@ -43,41 +39,16 @@ def launch_plan(ctx: RunContext) -> dict[str, Any]:
     return plan
 
 
-def torchrun_args(plan: dict[str, Any], node: int) -> list[str]:
-    """The per-node options of rank-env.md's command line, in its order."""
-    return [
-        "--nproc_per_node", str(plan["nproc_per_node"]),
-        "--nnodes", str(plan["nnodes"]),
-        "--node_rank", str(node),
-        "--master_addr", str(plan["master_addr"]),
-        "--master_port", str(plan["master_port"]),
-    ]
-
-
-def torchrun_command(plan: dict[str, Any], node: int, script: str, *, python: str = "python",
-                     log_dir: str | None = None) -> list[str]:
-    """`python -m torch.distributed.run ... SCRIPT ARGS` for `node`.
-
-    Workers run through this package's small wrapper (`-m AGENT SCRIPT ARGS`): it expands
-    `$LOCAL_RANK`-style arguments per worker and records a failing worker's error in torchrun's
-    error file. `--tee 3` makes torchrun echo each worker's lines with its local rank.
-    """
-    cmd = [python, "-m", "torch.distributed.run", *torchrun_args(plan, node), "--role", ROLE, "--tee", "3"]
-    if log_dir is not None:
-        cmd += ["--log-dir", log_dir]
-    return [*cmd, "-m", AGENT, script, *plan["args"]]
-
-
 class Torchrun(Framework):
     name = "torchrun"
     family = "torchrun"
     title = "torchrun (torch.distributed.run)"
+    order = 20  # place in the choices (flags, panel, sidebar)
     module = "torch"
     extra = "torch"
-    warm = False
-    engine_hooks = ("jupyter_dist.engine.setup:release_torch_group",)
+    warm = False  # the session says so once (run/session.py's not_warm_note)
+    engine_hooks = (release_torch_group,)
 
-    _noted: set[int] = set()  # sessions (by id) that were told state does not survive
 
     def before_layout(self, cluster: Any, spec: RunSpec) -> None:
         """A group an earlier run left on the engines may hold the master port (its store, kept
@@ -109,15 +80,6 @@ class Torchrun(Framework):
         return tuple(node * p for node in range(ctx.layout.nodes))
 
     def cell_code(self, ctx: RunContext, code: str) -> str:
-        self._note_once()
         plan = launch_plan(ctx)
         cell = None if plan["script"] is not None else code
-        return f"__import__({AGENT!r}, fromlist=['run']).run({plan!r}, {cell!r})"
-
-    def _note_once(self) -> None:
-        import jupyter_dist
-
-        key = id(jupyter_dist.get_session())
-        if key not in self._noted:
-            self._noted.add(key)
-            print(NOT_WARM_NOTE, flush=True)
+        return call_code(ENTRY.run_torchrun, plan, cell)

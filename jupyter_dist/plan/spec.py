@@ -7,22 +7,16 @@ from __future__ import annotations
 
 import argparse
 import functools
-import math
-import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from IPython.core.error import UsageError
 
-from jupyter_dist.plan.defaults import BACKENDS, FRAMEWORKS, IB_MODES, LAUNCHERS, RunDefaults
-
-ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# RFC 1123 host names, IPv4 and bracket-less IPv6 literals; nothing a shell would interpret.
-HOST = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z")
-IPV6 = re.compile(r"[0-9A-Fa-f:.]{2,45}\Z")
+from jupyter_dist import frameworks
+from jupyter_dist.plan import validate
+from jupyter_dist.plan.defaults import BACKENDS, IB_MODES, LAUNCHERS, RunDefaults
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,21 +91,20 @@ class RunSpec:
         return replace(self, nodes=nodes, procs_per_node=procs_per_node)
 
 
-def _positive_int(flag: str, text: str, minimum: int = 1) -> int:
+def _checked(check: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a `validate` check; its complaint becomes the flag's one-sentence `UsageError`."""
     try:
-        value = int(text)
-    except (TypeError, ValueError):
-        value = None
-    if value is None or value < minimum:
-        raise UsageError(f"{flag} must be a whole number of at least {minimum}, not {text!r}.")
-    return value
+        return check(*args, **kwargs)
+    except validate.InvalidValue as e:
+        raise UsageError(f"{e}.") from None
 
 
-def _choice(flag: str, text: str, choices: tuple[str, ...]) -> str:
-    value = text.strip().lower()
-    if value not in choices:
-        raise UsageError(f"{flag} must be one of {', '.join(choices)}, not {text!r}.")
-    return value
+def _positive_int(flag: str, text: str, minimum: int = 1) -> int:
+    return _checked(validate.count, text, flag, minimum)
+
+
+def _choice(flag: str, text: str, choices: Iterable[str]) -> str:
+    return _checked(validate.choice, text, flag, choices)
 
 
 def parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
@@ -120,12 +113,7 @@ def parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
         key, sep, value = pair.partition("=")
         if not sep:
             raise UsageError(f"--env {pair!r} has no '=': write it as --env KEY=VALUE.")
-        if not ENV_KEY.match(key):
-            raise UsageError(
-                f"--env {pair!r}: {key!r} is not a valid environment variable name "
-                "(letters, digits and _, not starting with a digit)."
-            )
-        out[key] = value
+        out[_checked(validate.env_key, key, pair)] = value
     return tuple(out.items())
 
 
@@ -153,10 +141,7 @@ def parse_ranks(text: str) -> tuple[int, ...] | None:
 
 
 def validate_host(host: str, flag: str = "--hosts") -> str:
-    host = host.strip()
-    if not (HOST.match(host) or (":" in host and IPV6.match(host))):
-        raise UsageError(f"{flag}: {host!r} is not a valid host name or address.")
-    return host
+    return _checked(validate.host, host, flag)
 
 
 def parse_hosts(text: str) -> tuple[str, ...]:
@@ -184,13 +169,16 @@ def read_hostfile(path: str) -> tuple[str, ...]:
 
 
 def _timeout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, not {text!r}.")
-    return value
+    return _checked(validate.timeout, text, "--timeout")
+
+
+def _framework(text: str) -> str:
+    """A framework the registry knows (built in, or added through the entry point group)."""
+    name = text.strip().lower()
+    known = frameworks.registry()
+    if name not in known:
+        raise UsageError(f"-f/--framework must be one of {', '.join(known)}, not {text!r}.")
+    return name
 
 
 def _scaling(text: str) -> tuple[int, ...]:
@@ -245,7 +233,7 @@ def resolve(
         return default
 
     framework = pick("framework", ns.framework, defaults.framework)
-    framework = _choice("-f/--framework", str(framework), FRAMEWORKS)
+    framework = _framework(str(framework))
 
     hosts: tuple[str, ...] = defaults.hosts
     if ns.hosts is not None and ns.hostfile is not None:
@@ -294,7 +282,7 @@ def resolve(
         raise UsageError(f"--ps {ps} leaves no worker among {world} rank(s): use fewer parameter servers or more ranks.")
 
     out = ns.out
-    if out is not None and not IDENTIFIER.match(out):
+    if out is not None and not validate.IDENTIFIER.match(out):
         raise UsageError(f"-o/--out must be a Python variable name, not {out!r}.")
 
     master_port = None

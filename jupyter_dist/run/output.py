@@ -1,4 +1,6 @@
-"""Where rank output goes: per-rank line assembly, log files, and the notebook sinks.
+"""Where rank output goes: per-rank line assembly, log files, the sink protocol and the text sink.
+
+The live widget sink is a view (views/live_output.py), handed to the session from outside.
 
 Text arrives from the engines as growing strings per rank; `LineBuffer` cuts them into
 whole lines so that two ranks never interleave mid-line. A carriage return (a tqdm bar)
@@ -10,17 +12,18 @@ rank's log file whatever the view shows.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from jupyter_dist.engine.metrics import MetricsStore
+from IPython.display import publish_display_data
+
+from jupyter_dist.common.channel import METRICS, METRICS_LINE_PREFIX, RELABEL
 from jupyter_dist.plan.layout import RankPlace
+from jupyter_dist.run.display import PlainDisplay, RunDisplay
+from jupyter_dist.run.metrics_store import MetricsStore
 
 PROVISIONAL_MAX = 4000  # characters of an unfinished line shown live
 WIDGET_MIMES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
@@ -29,12 +32,10 @@ WIDGET_MIMES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jup
 def settle(line: str) -> str:
     """The text a terminal would leave for a line with carriage returns: what follows the last one.
 
-    A relabel tag (`engine.RELABEL`) in front is kept; a trailing "\\r" (CRLF) is dropped first.
+    A relabel tag (`channel.RELABEL`) in front is kept; a trailing "\\r" (CRLF) is dropped first.
     """
     if "\r" not in line:
         return line
-    from jupyter_dist.engine.setup import RELABEL
-
     prefix = ""
     if line.startswith(RELABEL):
         tag, sep, rest = line[1:].partition(RELABEL)
@@ -124,9 +125,7 @@ class OutputSink(Protocol):
 
 
 def split_relabelled(rank: int, lines: list[str]) -> list[tuple[int, list[str]]]:
-    """Group lines by the rank they belong to (see `engine.RELABEL`), keeping their order."""
-    from jupyter_dist.engine.setup import RELABEL
-
+    """Group lines by the rank they belong to (see `channel.RELABEL`), keeping their order."""
     groups: list[tuple[int, list[str]]] = []
     for line in lines:
         owner = rank
@@ -169,16 +168,17 @@ def filter_note(shown: tuple[int, ...] | None, world: int, logs: RankLogs | None
 class TextSink:
     """Plain labelled lines in the cell's output: `[rank 1|node 0] text`. Readable saved or live.
 
-    Metrics the ranks send are gathered; at the end a static chart and a summary are shown
+    Metrics the ranks send are gathered; at the end `run_display` shows their chart and summary
     (`charts=False` leaves that to the caller, as `--scaling` does).
     """
 
-    def __init__(self, charts: bool = True) -> None:
+    def __init__(self, charts: bool = True, run_display: RunDisplay | None = None) -> None:
         self.labels: dict[int, str] = {}
         self.shown: tuple[int, ...] | None = None
         self.logs: RankLogs | None = None
         self.metrics = MetricsStore()
         self.charts = charts
+        self.run_display: RunDisplay = run_display or PlainDisplay()
         self.world = 0
 
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
@@ -214,8 +214,6 @@ class TextSink:
     def display(self, rank: int, content: dict[str, Any]) -> None:
         if not self._visible(rank):
             return
-        from IPython.display import publish_display_data
-
         print(f"{self.label(rank)} display:", flush=True)
         publish_display_data(shown_data(content), content.get("metadata", {}))
 
@@ -227,16 +225,14 @@ class TextSink:
 
     def collected(self, rank: int, item: dict[str, Any]) -> None:
         """Data a rank sent (`engine.publish`: {"key", "data"}); metrics are kept for the chart."""
-        if item.get("key") == "metrics" and isinstance(item.get("data"), dict):
+        if item.get("key") == METRICS and isinstance(item.get("data"), dict):
             self.metrics.add(rank, item["data"])
 
     def finish(self) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         if self.charts and not self.metrics.empty:
-            from jupyter_dist.views.charts import show_metrics
-
-            show_metrics(self.metrics)
+            self.run_display.metrics(self.metrics)
 
 
 class RankLogs:
@@ -266,9 +262,7 @@ class RankLogs:
         return f
 
     def write(self, rank: int, stream: str, lines: list[str]) -> None:
-        from jupyter_dist.engine.metrics import LINE_PREFIX
-
-        kept = [line for line in lines if not is_provisional(line) and not line.startswith(LINE_PREFIX)]
+        kept = [line for line in lines if not is_provisional(line) and not line.startswith(METRICS_LINE_PREFIX)]
         if not kept:
             return
         f = self._file(rank)
@@ -280,175 +274,3 @@ class RankLogs:
         for f in self._files.values():
             f.close()
 
-
-class LiveTextSink(TextSink):
-    """In a kernel: a live widget while the run goes (all ranks in arrival order, a tab per rank,
-    the throughput chart), refreshed by a timer thread; at the end the widget closes and the
-    output is printed once, grouped by rank, then the static chart and summary, so a saved
-    notebook reads the same every time."""
-
-    UPDATE_S = 0.25
-    KEEP_LINES_PER_RANK = 1000  # what the saved notebook keeps per rank (the log keeps all)
-    LIVE_LINES = 200  # what a live tab shows
-    CHART_S = 1.0  # the live chart is redrawn at most this often (and less when drawing is slow)
-
-    def __init__(self, charts: bool = True) -> None:
-        super().__init__(charts)
-        from jupyter_dist.views.ranks import OutputModel
-
-        self.model = OutputModel(self.KEEP_LINES_PER_RANK)
-        self.view: Any = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._t0 = time.monotonic()
-        self._chart_at = 0.0
-        self._chart_cost = 0.0
-        self._chart_version = -1
-
-    def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
-        from jupyter_dist.views.live import RunView
-        from jupyter_dist.views.ranks import OutputModel
-
-        super().start(places, shown, logs)
-        self.model = OutputModel(self.KEEP_LINES_PER_RANK, self.labels)
-        visible = [p.rank for p in places if self._visible(p.rank)]
-        for r in visible:
-            self.model.rank(r)
-        self.view = RunView(visible, "jupyter-dist: live output of the ranks")
-        self._t0 = time.monotonic()
-        if self.view.active:
-            # text and chart on their own threads: a chart takes 0.1-2 s to draw on a busy machine
-            # (the first one imports matplotlib), and the text must keep streaming meanwhile
-            self._threads = [threading.Thread(target=self._tick, name="jupyter-dist-view", daemon=True),
-                             threading.Thread(target=self._chart_loop, name="jupyter-dist-chart", daemon=True)]
-            for t in self._threads:
-                t.start()
-
-    def lines(self, rank: int, stream: str, lines: list[str]) -> None:
-        lines = [line for line in lines if not self.metrics.add_line(rank, line)]
-        if not lines or not self._visible(rank):
-            return
-        with self._lock:
-            for line in lines:
-                self.model.line(rank, stream, line)
-
-    def display(self, rank: int, content: dict[str, Any]) -> None:
-        if not self._visible(rank):
-            return
-        with self._lock:
-            self.model.display(rank, {"data": shown_data(content), "metadata": content.get("metadata", {})})
-
-    def collected(self, rank: int, item: dict[str, Any]) -> None:
-        with self._lock:
-            super().collected(rank, item)
-
-    def _tick(self) -> None:
-        lowest_priority()
-        while not self._stop.wait(self.UPDATE_S):
-            try:
-                with self._lock:
-                    self.refresh()
-            except Exception:  # noqa: BLE001 - a view glitch must never stop the run
-                pass
-
-    def _chart_loop(self) -> None:
-        lowest_priority()
-        with contextlib.suppress(Exception):
-            from jupyter_dist.views import svg_chart  # noqa: F401 - imported now (and numpy), before the first points
-        while not self._stop.wait(self.UPDATE_S):
-            with contextlib.suppress(Exception):  # a view glitch must never stop the run
-                self.refresh_chart()
-
-    def refresh(self) -> None:
-        """Push the text that changed to the widget (called by the timer thread under the lock)."""
-        from jupyter_dist.views.ranks import ALL, render_html
-
-        view = self.view
-        if view is None or not view.active:
-            return
-        elapsed = time.monotonic() - self._t0
-        view.set_status(f"running for {elapsed:.0f} s; {len(self.model.tails) - 1} rank(s) shown")
-        for key in self.model.take_dirty():
-            tail = self.model.tails.get(key)
-            if tail is not None:
-                view.set_html(key, render_html(tail, self.LIVE_LINES, self.model, labelled=key == ALL))
-
-    def refresh_chart(self) -> bool:
-        """Redraw the live chart (an SVG, views/svg_chart.py) when new metrics came and the throttle
-        allows: from a copy taken under the lock, drawn outside it, so output keeps flowing. The
-        measured cost counts the copy, which grows with the run."""
-        view = self.view
-        if view is None or not view.active:
-            return False
-        with self._lock:
-            if self.metrics.version == self._chart_version or self.metrics.empty:
-                return False
-            if time.monotonic() - self._chart_at < max(self.CHART_S, 50 * self._chart_cost):  # <= 2% of a core
-                return False
-            t = time.monotonic()
-            store, version = self.metrics.copy(), self.metrics.version
-        from jupyter_dist.views.svg_chart import metrics_svg
-
-        svg = metrics_svg(store)
-        self._chart_cost = time.monotonic() - t
-        self._chart_at, self._chart_version = time.monotonic(), version
-        if svg:
-            view.set_chart(svg)
-        return True
-
-    def finish(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(5)
-        with self._lock:
-            if self.view is not None:
-                self.view.close()
-            self.model.settle()
-            self.print_transcript()
-        super().finish()
-
-    def transcript(self) -> str:
-        """The static transcript as text (displays shown by their text/plain)."""
-        from jupyter_dist.views.ranks import transcript_parts
-
-        return "\n".join(p if isinstance(p, str) else f"{p[0]} display: {p[1]['data'].get('text/plain', '')}"
-                         for p in transcript_parts(self.model, self.logs))
-
-    def print_transcript(self) -> None:
-        from IPython.display import publish_display_data
-
-        from jupyter_dist.views.ranks import transcript_parts
-
-        text: list[str] = []
-        for part in transcript_parts(self.model, self.logs):
-            if isinstance(part, str):
-                text.append(part)
-                continue
-            label, content = part
-            text.append(f"{label} display:")
-            sys.stdout.write("\n".join(text) + "\n")
-            sys.stdout.flush()
-            text = []
-            publish_display_data(content["data"], content.get("metadata") or {})
-        if text:
-            sys.stdout.write("\n".join(text) + "\n")
-            sys.stdout.flush()
-
-
-def lowest_priority() -> None:
-    """Run the calling thread at nice 19 (Linux schedules each thread on its own), so drawing the
-    live view yields to the kernel's main thread. Not SCHED_IDLE: that runs only when a core would
-    be idle, and CPU-bound ranks keep every core busy, so the live view froze for the whole run
-    (holding the lock the runner needs to hand on output)."""
-    tid = getattr(threading, "get_native_id", lambda: 0)()
-    if hasattr(os, "setpriority") and tid:
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, tid, 19)
-
-
-def default_sink() -> OutputSink:
-    """The live display in a kernel, plain labelled lines elsewhere (terminal IPython, tests)."""
-    from jupyter_dist.views.live import in_kernel
-
-    return LiveTextSink() if in_kernel() else TextSink()

@@ -16,20 +16,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_dist.cluster.engines import STATE_DIR, EngineCluster
+from jupyter_dist.cluster.engines import EngineCluster
+from jupyter_dist.cluster.profile import state_dir
+from jupyter_dist.common import channel
+from jupyter_dist.common.files import read_crash, read_stack
 from jupyter_dist.engine import setup as engine_side
 from jupyter_dist.engine.cells import CELL_LABEL
-from jupyter_dist.errors import OutputFetchError, RankFailure, RunTimeout
+from jupyter_dist.engine.faults import abort_collectives
+from jupyter_dist.engine.user_vars import fetch_user
+from jupyter_dist.errors import OutputFetchError, RankFailure
 from jupyter_dist.plan.layout import Layout, RankPlace
+from jupyter_dist.plan.settings import settings
+from jupyter_dist.run import failures
 from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
 
 POLL_FIRST_S = 0.05  # a short cell ends within it, with no poll in between
 POLL_S = 0.01  # while output flows
 POLL_MAX_S = 0.1  # while the ranks are quiet
-FAIL_GRACE_S = float(os.environ.get("JUPYTER_DIST_FAIL_GRACE", "3"))
-INTERRUPT_GRACE_S = float(os.environ.get("JUPYTER_DIST_INTERRUPT_GRACE", "5"))
-DEATH_NOTE_WAIT_S = 10.0
-OUTPUT_WAIT_S = float(os.environ.get("JUPYTER_DIST_OUTPUT_WAIT", "60"))
+DEATH_NOTE_WAIT_S = 10.0  # how long mpiexec may take to report a dead rank's exit code or signal
 STREAMS = ("stdout", "stderr")
 _RUN_NUMBERS = itertools.count(1)  # with the pid, names each run's log folder uniquely
 
@@ -80,7 +84,7 @@ class Runner:
 
     # -- set-up --------------------------------------------------------------------
 
-    def setup(self, envs: dict[int, dict[str, str]], hooks: tuple[str, ...], cwd: str) -> None:
+    def setup(self, envs: dict[int, dict[str, str]], hooks: tuple[Callable[[], None], ...], cwd: str) -> None:
         """Push environments and hooks; skipped when the engines already have exactly these."""
         key = (envs, hooks, cwd)
         if self.cluster.applied == key:
@@ -114,7 +118,7 @@ class Runner:
         if on_sent is not None:
             on_sent()
         sink = sink or self.sink_factory()
-        logs = RankLogs(STATE_DIR / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_RUN_NUMBERS)}",
+        logs = RankLogs(state_dir() / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_RUN_NUMBERS)}",
                         ex.layout.world_size)
         try:
             cluster.set_busy(True)
@@ -125,9 +129,9 @@ class Runner:
             cluster.set_busy(False)
             # every line the ranks printed arrives before the view is closed; a dead engine's
             # output never completes, so it gets a short wait only
-            died = any(is_engine_death(st.error) for st in states.values())
+            died = any(failures.is_engine_death(st.error) for st in states.values())
             with contextlib.suppress(Exception):
-                ar.wait_for_output(3 if died else OUTPUT_WAIT_S)
+                ar.wait_for_output(3 if died else settings().output_wait)
             self._drain(by_child, sink, logs, final=True)
             sink.finish()
             logs.close()
@@ -136,10 +140,11 @@ class Runner:
                 self._group_gone = False
                 cluster.rotate_master_port()
         elapsed = time.monotonic() - t0
-        failed = sorted((s for s in states.values() if s.error is not None), key=lambda s: s.finished_at or 0)
-        outcome = RunOutcome(not failed, elapsed, logs.dir, failed=[s.place.rank for s in failed], lines=dict(logs.counts))
+        failed = failures.in_order(failures.from_error(s.place, s.error, s.finished_at or 0, s.exit_code)
+                                   for s in states.values() if s.error is not None)
+        outcome = RunOutcome(not failed, elapsed, logs.dir, failed=[f.rank for f in failed], lines=dict(logs.counts))
         if failed:
-            raise self._failure(failed, states, ex)
+            raise self._failure(failed, [s.place.rank for s in states.values() if s.error is None])
         for s in states.values():
             content = s_result(by_child, s)
             if content:
@@ -154,6 +159,7 @@ class Runner:
         first_fail: float | None = None
         interrupted_at: float | None = None
         poll = POLL_FIRST_S
+        fail_grace, interrupt_grace = settings().fail_grace, settings().interrupt_grace
         try:
             while True:
                 # the end of the run wakes this wait at once, whatever the poll; between polls the
@@ -178,10 +184,10 @@ class Runner:
                     return
                 if first_fail is not None:
                     pending = [st for _, st in by_child if not st.done]
-                    if interrupted_at is None and now - first_fail > FAIL_GRACE_S:
+                    if interrupted_at is None and now - first_fail > fail_grace:
                         self.interrupt(pending)
                         interrupted_at = now
-                    elif interrupted_at is not None and now - interrupted_at > INTERRUPT_GRACE_S:
+                    elif interrupted_at is not None and now - interrupted_at > interrupt_grace:
                         self._give_up(pending, "did not stop after the interrupt")
                         return
                 if deadline is not None and now > deadline:
@@ -192,7 +198,8 @@ class Runner:
                     self._abort_groups([st for _, st in by_child if st.done])
                     self.interrupt(pending)
                     self._wait_stopped(ar, by_child, sink, logs)
-                    raise self._timeout(ex, pending, stacks)
+                    stalled = [failures.stalled(st.place, now, stacks.get(st.place.rank, "(no stack)")) for st in pending]
+                    raise failures.run_timeout(ex.timeout, stalled)
         except KeyboardInterrupt:
             pending = [st for _, st in by_child if not st.done]
             self.interrupt(pending)
@@ -201,7 +208,7 @@ class Runner:
             raise
 
     def _wait_stopped(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs) -> None:
-        end = time.monotonic() + INTERRUPT_GRACE_S
+        end = time.monotonic() + settings().interrupt_grace
         while not ar.wait(0.05) and time.monotonic() < end:
             self._drain(by_child, sink, logs)
         if not ar.ready():
@@ -234,10 +241,10 @@ class Runner:
             while st.displays < n_out:
                 content = outputs[st.displays]
                 st.displays += 1
-                item = content.get("data", {}).get(engine_side.DATA_MIME)
-                if item is not None and item.get("key") == "exit":
+                item = channel.message_in(content)
+                if item is not None and item.get("key") == channel.EXIT:
                     st.exit_code = item["data"]["code"]
-                elif item is not None and item.get("key") == engine_side.GROUP_GONE:
+                elif item is not None and item.get("key") == channel.GROUP_GONE:
                     self._group_gone = True
                 elif item is not None:  # metrics, every 0.5-2 s: not a reason to poll faster
                     sink.collected(st.place.rank, item)
@@ -269,7 +276,7 @@ class Runner:
         """Tear down the failed ranks' process groups so their peers' collectives error out."""
         ids = [st.engine_id for st in failed]
         with contextlib.suppress(Exception):
-            self.cluster.client[ids].apply_async(engine_side.abort_collectives, self.cluster.controller_ports())
+            self.cluster.client[ids].apply_async(abort_collectives, self.cluster.controller_ports())
         # the old group's store may still hold the master port: the next group gets a fresh one
         self.cluster.rotate_master_port()
 
@@ -283,7 +290,7 @@ class Runner:
         stack_dir = self.cluster.stack_dir
         out = {}
         for st in states:
-            out[st.place.rank] = engine_side.read_stack(stack_dir, st.place.rank)
+            out[st.place.rank] = read_stack(stack_dir, st.place.rank)
         return out
 
     # -- results -------------------------------------------------------------------
@@ -291,7 +298,7 @@ class Runner:
     def fetch(self, name: str, ranks: tuple[int, ...]) -> dict[int, Any]:
         client = self.cluster.client
         eng = self.cluster.engines
-        ars = {r: client[eng[r].engine_id].apply_async(engine_side.fetch_user, name) for r in ranks}
+        ars = {r: client[eng[r].engine_id].apply_async(fetch_user, name) for r in ranks}
         values: dict[int, Any] = {}
         problems = []
         for r, a in ars.items():
@@ -309,53 +316,18 @@ class Runner:
             raise OutputFetchError(f"-o {name}: " + "; ".join(problems) + ".", values)
         return values
 
-    def _failure(self, failed: list[RankState], states: dict[int, RankState], ex: Execution) -> RankFailure:
-        deaths = self._death_notes(failed)
-        first = failed[0]
-        died_first = [st for st in failed if st.place.rank in deaths]
-        if died_first and is_engine_death(first.error):
-            first = died_first[0]
-        lines: list[str] = []
-        order = [first] + [st for st in failed if st is not first]
-        for st in order:
-            where = f"rank {st.place.rank} (node {st.place.node}, local rank {st.place.local_rank})"
-            if st is first:
-                lines.append(f"--- {where} failed first:")
-                if is_engine_death(st.error):
-                    lines.append(f"its engine process {deaths.get(st.place.rank, 'ended with no exit code')}")
-                else:
-                    lines.extend(render_error(st.error))
-            elif is_engine_death(st.error):
-                lines.append(f"--- {where}: its engine was stopped too (mpiexec ends the whole job when one rank dies)")
-            else:
-                lines.append(f"--- {where} failed after it (was it waiting for rank {first.place.rank}?):")
-                lines.extend(render_error(st.error)[-8:])
-        others = [s for s in states.values() if s.error is None]
-        if others:
-            lines.append("--- finished normally: rank " + ", ".join(str(s.place.rank) for s in others))
-        if any(is_engine_death(st.error) for st in failed):
-            lines.append("--- the next run restarts the cluster; variables on the ranks are lost")
-        dead_first = is_engine_death(first.error)
-        cause = deaths.get(first.place.rank) or (
-            "its engine process ended with no exit code: a signal such as SIGKILL, or the OOM killer"
-            if dead_first else error_name(first.error)
-        )
-        verb = "died" if dead_first else "failed first"
-        summary = f"rank {first.place.rank} {verb} ({cause}); failed ranks: " + ", ".join(str(s.place.rank) for s in order)
-        return RankFailure(summary, lines, [s.place.rank for s in order])
+    def _failure(self, failed: list[failures.Failure], finished: list[int]) -> RankFailure:
+        return failures.rank_failure(failures.with_notes(failed, self._death_notes(failed)), finished)
 
-    def _death_notes(self, failed: list[RankState]) -> dict[int, str]:
-        """mpiexec reports a dead rank's exit code or signal a moment after the engine is gone."""
-        dead = [st for st in failed if is_engine_death(st.error)]
+    def _death_notes(self, failed: list[failures.Failure]) -> dict[int, str]:
+        """How dead ranks ended: the exit code a rank announced or its crash file, else mpiexec's
+        report of its exit code or signal, which comes a moment after the engine is gone."""
+        dead = [f for f in failed if f.died]
         if not dead:
             return {}
-        notes = {st.place.rank: f"exited with code {st.exit_code}" for st in dead if st.exit_code is not None}
         stack_dir = self.cluster.stack_dir if self.cluster.running else None
-        for st in dead:
-            crash = engine_side.read_crash(stack_dir, st.place.rank) if stack_dir else ""
-            if crash and st.place.rank not in notes:
-                first = crash.strip().splitlines()[0]
-                notes[st.place.rank] = f"crashed: {first.removeprefix('Fatal Python error: ')}"
+        crashes = {f.rank: read_crash(stack_dir, f.rank) for f in dead if f.exit_code is None} if stack_dir else {}
+        notes = failures.local_notes(dead, crashes)
         if notes:
             return notes
         end = time.monotonic() + DEATH_NOTE_WAIT_S
@@ -365,14 +337,6 @@ class Runner:
             if notes or launcher_done or time.monotonic() > end:
                 return notes or (self.cluster.death_notes() if launcher_done else notes)
             time.sleep(0.1)
-
-    def _timeout(self, ex: Execution, pending: list[RankState], stacks: dict[int, str]) -> RunTimeout:
-        lines = []
-        for st in pending:
-            lines.append(f"--- rank {st.place.rank} was still running; its Python stack:")
-            lines.extend(stacks.get(st.place.rank, "(no stack)").splitlines())
-        ranks = ", ".join(str(st.place.rank) for st in pending)
-        return RunTimeout(f"the run passed --timeout {ex.timeout:g} s; still running: rank(s) {ranks}", lines)
 
 
 def child_error(child: Any) -> BaseException | None:
@@ -389,21 +353,3 @@ def s_result(by_child: list[tuple[Any, RankState]], st: RankState) -> dict[str, 
         if s is st:
             return child.output.metadata.get("execute_result")
     return None
-
-
-def is_engine_death(err: Any) -> bool:
-    return getattr(err, "ename", None) == "EngineError" or type(err).__name__ == "EngineError"
-
-
-def error_name(err: Any) -> str:
-    ename = getattr(err, "ename", None) or type(err).__name__
-    evalue = getattr(err, "evalue", None) or str(err)
-    return f"{ename}: {evalue}"
-
-
-def render_error(err: Any) -> list[str]:
-    render = getattr(err, "render_traceback", None)
-    if render is not None:
-        with contextlib.suppress(Exception):
-            return list(render())
-    return [error_name(err)]

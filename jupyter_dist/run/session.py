@@ -1,13 +1,14 @@
 """`DistSession`: one kernel's jupyter-dist state, and the flow of a run.
 
-flags -> RunSpec -> Layout -> rank environments -> EngineCluster -> Runner -> views.
-Everything before `cluster.ensure` is checked first, so bad input never touches the
-warm cluster.
+flags -> RunSpec -> plan (checks) -> EngineCluster -> plan on the engines (ports, rank
+environments) -> Runner -> sinks. Everything before `cluster.ensure` is checked first, so bad
+input never touches the warm cluster. The sinks and the charts are views, handed in.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -17,16 +18,22 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from jupyter_dist import frameworks
-from jupyter_dist.cluster.engines import ClusterShape, EngineCluster, check_shape, find_mpiexec
+from jupyter_dist.cluster.engines import EngineCluster, check_shape
+from jupyter_dist.cluster.shape import ClusterShape
 from jupyter_dist.common.ports import port_in_use
+from jupyter_dist.engine.entry import ENTRY, call_code
+from jupyter_dist.engine.metrics_hooks import install as install_metrics
+from jupyter_dist.engine.node_probe import detect_node, find_mpiexec
+from jupyter_dist.engine.torch_hooks import cuda_set_device
 from jupyter_dist.errors import OutputFetchError
 from jupyter_dist.frameworks import Framework, RunContext
-from jupyter_dist.plan import fabric_env as fabric
 from jupyter_dist.plan.defaults import STORE, DefaultsStore
-from jupyter_dist.plan.envs import rank_environments
-from jupyter_dist.plan.layout import Layout, build_layout
+from jupyter_dist.plan.layout import Layout
+from jupyter_dist.plan.plan import Plan, Ports, install_problem, layout_of, plan
 from jupyter_dist.plan.spec import RunSpec, remembered
-from jupyter_dist.run.output import OutputSink, default_sink
+from jupyter_dist.run.display import PlainDisplay, RunDisplay
+from jupyter_dist.run.metrics_store import ScalingPoint, scaling_result, scaling_shape
+from jupyter_dist.run.output import OutputSink, TextSink
 from jupyter_dist.run.runner import Execution, Runner, RunOutcome
 
 
@@ -38,24 +45,50 @@ class LastRun:
 
 @dataclass
 class Prepared:
+    """A checked run: its plan (stand-in ports and no environments until `bring_up` plans it on the
+    engines), the notes still to say, the set-up hooks every engine runs."""
+
     spec: RunSpec
-    framework: Framework
-    backend: str
+    plan: Plan
     notes: list[str]
-    layout: Layout | None = None
-    envs: dict[int, dict[str, str]] = field(default_factory=dict)
-    hooks: tuple[str, ...] = ()
+    hooks: tuple[Callable[[], None], ...] = ()  # engine functions (compared by identity)
+
+    @property
+    def framework(self) -> Framework:
+        return self.plan.framework
+
+    @property
+    def backend(self) -> str:
+        return self.plan.backend
+
+    @property
+    def layout(self) -> Layout:
+        return self.plan.layout
+
+    @property
+    def envs(self) -> dict[int, dict[str, str]]:
+        return self.plan.envs
 
 
 def say(text: str) -> None:
     print(f"jupyter-dist: {text}", flush=True)
 
 
+def not_warm_note(framework: str) -> str:
+    """Said once per session before the first run of a framework whose workers are new processes."""
+    return (f"-f {framework} starts new worker processes on every run: variables the cell "
+            "defines do not survive it (use -f pytorch to keep state on warm engines).")
+
+
 @dataclass
 class DistSession:
+    """`sink_factory` makes each run's output sink and `display` shows charts and start-up progress:
+    both are views, handed in by `jupyter_dist.get_session()` (plain text when none are)."""
+
     store: DefaultsStore = field(default_factory=lambda: STORE)
     cluster: EngineCluster = field(default_factory=EngineCluster)
-    sink_factory: Callable[[], OutputSink] = default_sink
+    sink_factory: Callable[[], OutputSink] = TextSink
+    display: RunDisplay = field(default_factory=PlainDisplay)
     last: LastRun | None = None
     last_outcome: RunOutcome | None = None
     _local_node: Any = None
@@ -76,31 +109,24 @@ class DistSession:
 
     def local_node(self) -> Any:
         if self._local_node is None:
-            self._local_node = fabric.detect_node("127.0.0.1")
+            self._local_node = detect_node("127.0.0.1")
         return self._local_node
 
     def prepare(self, spec: RunSpec, code: str | None, shell: Any = None) -> Prepared:
         """Every check that can fail before a process starts."""
         fw = frameworks.get(spec.framework)
-        if fw.module and importlib.util.find_spec(fw.module) is None:
-            raise UsageError(f"-f {fw.name} needs {fw.module}, which is not installed here: {fw.install_hint()}.")
+        if problem := install_problem(fw):
+            raise UsageError(f"{problem}.")
         if code is not None:
             check_compiles(code, shell)
         if spec.script is not None and not os.path.isfile(spec.script):
             raise UsageError(f"%distrun: the script {spec.script!r} does not exist.")
-        node = self.local_node()
-        backend, note = fabric.resolve_backend(spec.backend, node.gpu_count, spec.procs_per_node)
-        notes = [note] if note else []
+        # the backend, the framework's and the fabric's checks, on stand-in ports (no environments yet)
+        checked = plan(spec, self.local_node(), env_limit=0)
         if spec.master_port is not None and spec.master_port != self.cluster.master_port and port_in_use(spec.master_port):
             raise UsageError(f"--master-port {spec.master_port} is already in use on this host: choose another or leave it out.")
         check_shape(self.shape_of(spec), fw.family)
-        prepared = Prepared(spec, fw, backend, notes)
-        # A layout with placeholder ports lets the framework check the shape before engines start.
-        probe = build_layout(spec.nodes, spec.procs_per_node, spec.hosts, master_port=spec.master_port or 1)
-        fw.check(RunContext(spec, probe, backend))
-        fabric.fabric_env(node, backend=backend, ib=spec.ib, nccl_debug=spec.nccl_debug,
-                          master_addr=probe.master_addr, all_local=probe.all_local)
-        return prepared
+        return Prepared(spec, checked, list(checked.notes))
 
     # -- the run ----------------------------------------------------------------------
 
@@ -112,41 +138,50 @@ class DistSession:
     def bring_up(self, p: Prepared) -> None:
         """Engines of the right shape, the layout with real ports, every rank's environment."""
         spec = p.spec
-        self.cluster.ensure(self.shape_of(spec), progress=start_progress(), say=say)
-        if why := p.framework.stale_engines(self.cluster, spec, p.backend):
+        self.cluster.ensure(self.shape_of(spec), progress=self.display.start_progress(), say=say)
+        if why := p.framework.stale_engines(self.cluster, spec, self._layout(spec), p.backend):
             say(why)
             self.cluster.stop()
-            self.cluster.ensure(self.shape_of(spec), progress=start_progress(), say=say)
-            p.framework.stale_engines(self.cluster, spec, p.backend)  # records what the new engines join
+            self.cluster.ensure(self.shape_of(spec), progress=self.display.start_progress(), say=say)
+            # records what the new engines join
+            p.framework.stale_engines(self.cluster, spec, self._layout(spec), p.backend)
         for note in self.cluster.notes:
             say(note)
         self.cluster.notes = []
         for note in p.notes:
-            if note not in self._said:
-                say(note)
-                self._said.add(note)
+            self._say_once(note)
         p.notes = []
         p.framework.before_layout(self.cluster, spec)
-        # engines on other hosts: each node's address as the others reach it, its own fabric
-        remote = bool(self.cluster.node_addrs)
-        layout = build_layout(
-            spec.nodes, spec.procs_per_node, self.cluster.node_addrs if remote else spec.hosts,
-            master_port=spec.master_port or self.cluster.master_port,
-            task_ports=self.cluster.task_ports,
-        )
-        ctx = RunContext(spec, layout, p.backend, inherited=self.cluster.inherited_env)
-        nodes = self.cluster.node_fabrics if remote else (self.local_node(),) * layout.nodes
-        fenvs = {n: fabric.fabric_env(nodes[n], backend=p.backend, ib=spec.ib, nccl_debug=spec.nccl_debug,
-                                      master_addr=layout.master_addr, all_local=layout.all_local)
-                 for n in range(layout.nodes)}
-        p.layout = layout
-        p.envs = rank_environments(ctx, p.framework, fenvs)
+        p.plan = self._engine_plan(p)
         hooks = p.framework.engine_hooks
         if p.backend == "nccl":
-            hooks = ("jupyter_dist.engine.setup:cuda_set_device", *hooks)
-        # metrics: end-of-cell flush and torch step counting on every rank (see metrics.install)
-        p.hooks = (*hooks, "jupyter_dist.engine.metrics:install")
+            hooks = (cuda_set_device, *hooks)
+        # metrics: end-of-cell flush and torch step counting on every rank (see metrics_hooks.install)
+        p.hooks = (*hooks, install_metrics)
         self.runner.setup(p.envs, p.hooks, os.getcwd())
+
+    def _say_once(self, note: str) -> None:
+        """A one-line note, said once per session."""
+        if note not in self._said:
+            say(note)
+            self._said.add(note)
+
+    def _layout(self, spec: RunSpec) -> Layout:
+        """The run's layout on the engines that are up (their ports; their addresses on other hosts)."""
+        return layout_of(spec, self._ports(spec), self.cluster.node_addrs)
+
+    def _ports(self, spec: RunSpec) -> Ports:
+        return Ports(spec.master_port or self.cluster.master_port, self.cluster.task_ports)
+
+    def _engine_plan(self, p: Prepared) -> Plan:
+        """The run's plan on the engines: their ports; on other hosts each node's address as the others
+        reach it and its own fabric; the environment they inherited. The backend stays the one the
+        checks in `prepare` chose, and what the checks print was said there already."""
+        c = self.cluster
+        nodes = c.node_fabrics if c.node_addrs else self.local_node()
+        with contextlib.redirect_stdout(io.StringIO()):  # a framework's one-time note (deepspeed's build)
+            return plan(replace(p.spec, backend=p.backend), nodes, ports=self._ports(p.spec),
+                        addrs=c.node_addrs, inherited=c.inherited_env)
 
     def _plan_key(self, spec: RunSpec) -> tuple[Any, ...]:
         """What a prepared run depends on besides the cell: the engines (their ports are chosen
@@ -185,11 +220,10 @@ class DistSession:
             self._remember(spec, code)
             self.bring_up(p)
             self._plan = (self._plan_key(spec), p)
-        assert p.layout is not None
         ctx = RunContext(spec, p.layout, p.backend, inherited=self.cluster.inherited_env)
         source = code if code is not None else script_code(spec)
         ex = Execution(
-            code=p.framework.cell_code(ctx, source),
+            code=self._cell_code(p.framework, ctx, source),
             ranks=p.framework.cell_ranks(ctx),
             layout=p.layout,
             timeout=spec.timeout,
@@ -207,15 +241,19 @@ class DistSession:
             shell.user_ns[spec.out] = [outcome.values.get(r) for r in range(p.layout.world_size)]
         return outcome
 
+    def _cell_code(self, fw: Framework, ctx: RunContext, source: str) -> str:
+        """What the cell ranks execute; before the first run of a framework whose workers are new
+        processes each run (torchrun's), a note that the cell's variables do not survive it."""
+        if not fw.warm:
+            self._say_once(not_warm_note(fw.name))
+        return fw.cell_code(ctx, source)
+
     # -- --scaling --------------------------------------------------------------------
 
     def run_scaling(self, spec: RunSpec, code: str | None, shell: Any = None) -> RunOutcome:
         """Run the cell once per world size in `spec.scaling`, then chart throughput against ideal
         linear scaling. Each size keeps the procs per node where it divides it, else 1 node x size.
         Every size is checked before the first one starts."""
-        from jupyter_dist.engine.metrics import ScalingPoint, scaling_result, scaling_shape
-        from jupyter_dist.views.charts import show_scaling
-
         plans = []
         for size in spec.scaling:
             nodes, procs = scaling_shape(size, spec.procs_per_node)
@@ -232,10 +270,9 @@ class DistSession:
                 sub = p.spec
                 say(f"--scaling: world size {sub.world_size} ({sub.nodes} node(s) x {sub.procs_per_node})")
                 self.bring_up(p)
-                assert p.layout is not None
                 ctx = RunContext(sub, p.layout, p.backend, inherited=self.cluster.inherited_env)
                 source = code if code is not None else script_code(sub)
-                ex = Execution(code=p.framework.cell_code(ctx, source), ranks=p.framework.cell_ranks(ctx),
+                ex = Execution(code=self._cell_code(p.framework, ctx, source), ranks=p.framework.cell_ranks(ctx),
                                layout=p.layout, timeout=sub.timeout, shown=sub.ranks, out=sub.out,
                                label=f"world size {sub.world_size}")
                 sink = self.sink_factory()
@@ -250,7 +287,7 @@ class DistSession:
                 say(f"world size {sub.world_size}: {what}{outcome.elapsed:.1f} s")
         finally:
             if len(runs) > 1:
-                show_scaling(scaling_result(runs))
+                self.display.scaling(scaling_result(runs))
         assert outcome is not None
         if spec.out and shell is not None:
             shell.user_ns[spec.out] = [outcome.values.get(r) for r in range(plans[-1].spec.world_size)]
@@ -342,23 +379,4 @@ def compile_problem(source: str) -> str | None:
 def script_code(spec: RunSpec) -> str:
     """Script mode: the engine expands $RANK-style arguments per rank and runs the file as __main__."""
     path = os.path.abspath(spec.script or "")
-    return f"__import__('jupyter_dist.engine.setup').engine.run_script({path!r}, {list(spec.script_args)!r})"
-
-
-def start_progress() -> Callable[[int, int, float], None]:
-    """'starting engines: 3/4 registered (2.1 s)' live while engines come up, then one line."""
-    from jupyter_dist.views.live import LiveArea
-
-    state: dict[str, Any] = {}
-
-    def progress(up: int, n: int, elapsed: float) -> None:
-        if "area" not in state:
-            state["area"] = LiveArea("jupyter-dist: starting engines")
-        text = f"jupyter-dist: starting engines: {up}/{n} registered ({elapsed:.1f} s)"
-        state["area"].set_text(text)
-        if up == n and not state.get("done"):
-            state["done"] = True
-            state["area"].close()
-            print(f"jupyter-dist: {n} engines started in {elapsed:.1f} s", flush=True)
-
-    return progress
+    return call_code(ENTRY.run_script, path, list(spec.script_args))

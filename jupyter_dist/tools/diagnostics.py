@@ -11,38 +11,36 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from IPython.display import Image, display
+
 from jupyter_dist.common.hosts import is_local_host
-from jupyter_dist.engine import probes as bench
-from jupyter_dist.plan import fabric_env as fabric
-from jupyter_dist.plan.layout import build_layout
+from jupyter_dist.common.node import NodeFabric
+from jupyter_dist.engine import node_probe, probes
+from jupyter_dist.plan.plan import layout_of
 from jupyter_dist.plan.spec import RunSpec
+from jupyter_dist.tools import bench_report as bench
 from jupyter_dist.tools import doctor
 
 
-def detect_nodes(session: Any, spec: RunSpec) -> list[fabric.NodeFabric]:
+def detect_nodes(session: Any, spec: RunSpec) -> list[NodeFabric]:
     """One `NodeFabric` per node: local detection for this host, an engine's for other hosts."""
-    layout = build_layout(spec.nodes, spec.procs_per_node, spec.hosts, master_port=1)
-    local = fabric.detect_node(layout.master_addr)
-    nodes: list[fabric.NodeFabric] = []
+    layout = layout_of(spec)
+    local = node_probe.detect_node(layout.master_addr)
+    nodes: list[NodeFabric] = []
     cluster = session.cluster
     for n, host in enumerate(layout.hosts):
         if is_local_host(host) or not cluster.running or cluster.shape is None:
             nodes.append(local)
             continue
         leader = cluster.engines[n * spec.procs_per_node]
-        data = cluster.client[leader.engine_id].apply_sync(_detect_json, layout.master_addr)
-        nodes.append(fabric.NodeFabric.from_json(data))
+        data = cluster.client[leader.engine_id].apply_sync(node_probe.detect_node_json, layout.master_addr)
+        nodes.append(NodeFabric.from_json(data))
     return nodes
-
-
-def _detect_json(master_addr: str) -> dict[str, Any]:
-    from jupyter_dist.plan import fabric_env as f
-    return f.detect_node(master_addr).to_json()
 
 
 def doctor_report(session: Any, spec: RunSpec) -> doctor.DoctorReport:
     nodes = detect_nodes(session, spec)
-    layout = build_layout(spec.nodes, spec.procs_per_node, spec.hosts, master_port=1)
+    layout = layout_of(spec)
     return doctor.build_report(
         nodes,
         procs_per_node=spec.procs_per_node,
@@ -58,8 +56,6 @@ def doctor_report(session: Any, spec: RunSpec) -> doctor.DoctorReport:
 
 
 def show_doctor(report: doctor.DoctorReport) -> None:
-    from IPython.display import display
-
     display({"text/plain": report.to_text(), "text/html": report.to_html()}, raw=True)
 
 
@@ -70,15 +66,13 @@ def run_allreduce_bench(session: Any, spec: RunSpec, sizes: list[int] | None = N
     session.bring_up(p)
     cluster = session.cluster
     ids = [e.engine_id for e in cluster.engines]
-    ar = cluster.client[ids].apply_async(bench.allreduce_bench, sizes, iters=iters)
+    ar = cluster.client[ids].apply_async(probes.allreduce_bench, sizes, iters=iters)
     rows_by_rank = ar.get(timeout=spec.timeout or 600)
-    local = cluster.client[ids[0]].apply_sync(bench.local_copy_bandwidth)
+    local = cluster.client[ids[0]].apply_sync(probes.local_copy_bandwidth)
     return {"rows": rows_by_rank[0], "world_size": spec.world_size, "backend": p.backend, "local_copy_GBps": local}
 
 
 def show_bench(result: dict[str, Any]) -> None:
-    from IPython.display import Image, display
-
     rows, world, backend = result["rows"], result["world_size"], result["backend"]
     table = bench.format_table(rows, world, backend)
     local = f"local copy on one rank (the local limit): {result['local_copy_GBps']:.2f} GB/s"

@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 
 from IPython.core.error import UsageError
 
+from jupyter_dist.common.vm_size import is_rdma_vm_size, rdma_without_sriov
 from jupyter_dist.plan.fabric_env import (
     NodeFabric,
     choose_interface,
     fabric_env,
-    is_rdma_vm_size,
-    rdma_without_sriov,
     resolve_backend,
     transport_summary,
     usable_ib_ports,

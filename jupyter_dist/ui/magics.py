@@ -5,12 +5,17 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+import IPython.display
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 
 from jupyter_dist.azureml import config_to_flags
 from jupyter_dist.plan import spec as specmod
 from jupyter_dist.run.session import DistSession
+from jupyter_dist.tools import export
+from jupyter_dist.tools.diagnostics import doctor_report, run_allreduce_bench, show_bench, show_doctor
+from jupyter_dist.views.panel import panel
+from jupyter_dist.views.status import show_status
 
 
 @magics_class
@@ -72,19 +77,13 @@ class DistMagics(Magics):
         return handler(rest)
 
     def _dist_status(self, rest: list[str]) -> None:
-        from jupyter_dist.views.status import show_status
-
         show_status(self.session.status())
 
     def _dist_panel(self, rest: list[str]) -> None:
         """`%dist panel`: the configuration panel, the same as `jupyter_dist.panel()`."""
-        from IPython.display import display
-
-        from jupyter_dist.views.panel import panel
-
         if rest:
             raise UsageError(f"%dist panel takes no arguments, not {' '.join(rest)!r}.")
-        display(panel(self.session))
+        IPython.display.display(panel(self.session))
 
     def _spec_from(self, rest: list[str]) -> specmod.RunSpec:
         """`%dist doctor/bench` take the layout flags of `%%distrun`; none means the last run's."""
@@ -93,13 +92,9 @@ class DistMagics(Magics):
         return self.parse(" ".join(shlex.quote(a) for a in rest))
 
     def _dist_doctor(self, rest: list[str]) -> None:
-        from jupyter_dist.tools.diagnostics import doctor_report, show_doctor
-
         show_doctor(doctor_report(self.session, self._spec_from(rest)))
 
     def _dist_bench(self, rest: list[str]) -> None:
-        from jupyter_dist.tools.diagnostics import run_allreduce_bench, show_bench
-
         if not rest or rest[0] != "allreduce":
             raise UsageError("%dist bench needs what to measure: %dist bench allreduce [-N NODES -n PROCS ...].")
         show_bench(run_allreduce_bench(self.session, self._spec_from(rest[1:])))
@@ -116,7 +111,6 @@ class DistMagics(Magics):
 
     def _dist_export(self, rest: list[str]) -> None:
         """`%dist export [--format torchrun|mpirun|sbatch|azureml] [FILE]`: the last run as a script and its launcher."""
-        from jupyter_dist.tools import export
         options = export.parse_options(rest)
         last = self.session.last
         if last is None:

@@ -18,7 +18,9 @@ import io
 import math
 from typing import Any
 
-from jupyter_dist.engine.metrics import MetricsStore, ScalingResult
+from IPython.display import display
+
+from jupyter_dist.run.metrics_store import MetricsStore, ScalingResult
 
 MAX_SCALARS = 3
 MAX_LEGEND_RANKS = 8
@@ -26,8 +28,8 @@ MAX_LEGEND_RANKS = 8
 
 def _figure(ncols: int, nrows: int = 1) -> tuple[Any, list[Any]]:
     """A figure on its own Agg canvas (no pyplot: the user's figures and backend are untouched)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # heavy: imported by the first chart
+    from matplotlib.figure import Figure  # heavy: imported by the first chart
 
     fig = Figure(figsize=(4.6 * ncols, 3.0 * nrows), layout="constrained")
     FigureCanvasAgg(fig)
@@ -98,8 +100,6 @@ def metrics_caption(store: MetricsStore) -> str:
 
 
 def show_png(png: bytes, caption: str) -> None:
-    from IPython.display import display
-
     display({"image/png": base64.b64encode(png).decode("ascii"), "text/plain": caption}, raw=True)
 
 

@@ -10,10 +10,13 @@ import contextlib
 import html
 from typing import Any
 
+from IPython import get_ipython
+from IPython.display import display
+
+from jupyter_dist.views.ranks import ALL
+
 
 def in_kernel() -> bool:
-    from IPython import get_ipython
-
     ip = get_ipython()
     return ip is not None and getattr(ip, "kernel", None) is not None
 
@@ -37,8 +40,7 @@ class LiveArea:
         if not in_kernel():
             return
         try:
-            import ipywidgets as widgets
-            from IPython.display import display
+            import ipywidgets as widgets  # optional, and heavy: only in a kernel, when a run starts
         except ImportError:
             return
         self.widget = widgets.HTML(value="")
@@ -80,8 +82,6 @@ class RunView:
     MAX_TABS = 64
 
     def __init__(self, ranks: list[int], placeholder: str = "jupyter-dist: live output") -> None:
-        from jupyter_dist.views.ranks import ALL
-
         self.box: Any = None
         self.html: dict[int, Any] = {}
         self.chart: Any = None
@@ -89,8 +89,7 @@ class RunView:
         if not in_kernel():
             return
         try:
-            import ipywidgets as widgets
-            from IPython.display import display
+            import ipywidgets as widgets  # optional, and heavy: only in a kernel, when a run starts
         except ImportError:
             return
         keys = [ALL, *ranks[: self.MAX_TABS]] if len(ranks) > 1 else list(ranks[:1]) or [ALL]

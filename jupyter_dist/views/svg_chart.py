@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from jupyter_dist.engine.metrics import MetricsStore
+from jupyter_dist.run.metrics_store import MetricsStore
 from jupyter_dist.views.charts import MAX_LEGEND_RANKS, MAX_SCALARS
 
 # matplotlib's tab10, so the live chart and the saved one colour a rank alike

@@ -10,7 +10,6 @@ import { distrunCell } from './cell';
 import { NotebookFollower } from './follow';
 import { Remembered, SidebarModel } from './model';
 import { DistSidebar, SIDEBAR_ID } from './panel';
-import { FRAMEWORKS, Framework } from './protocol';
 
 const PLUGIN_ID = 'jupyter-dist:plugin';
 
@@ -32,8 +31,8 @@ const distIcon = new LabIcon({
 function rememberedFrom(settings: ISettingRegistry.ISettings): Partial<Remembered> {
   const out: Partial<Remembered> = {};
   const framework = settings.get('framework').composite;
-  if (typeof framework === 'string' && (FRAMEWORKS as readonly string[]).includes(framework)) {
-    out.framework = framework as Framework;
+  if (typeof framework === 'string' && framework.length > 0) {
+    out.framework = framework; // any name: the kernel's welcome says which it offers
   }
   const nodes = settings.get('nodes').composite;
   if (typeof nodes === 'number' && Number.isInteger(nodes) && nodes >= 1) {

@@ -4,16 +4,19 @@
  */
 
 import {
+  Choices,
   ClusterAction,
   ClusterStatus,
   ErrorMsg,
-  Framework,
+  FrameworkChoice,
+  NO_KERNEL_CHOICES,
   RankState,
   Request,
   RunDefaults,
   STOPPED_STATUS,
   StateMsg,
   WelcomeMsg,
+  choicesOf,
   parseReply,
   sameMajor
 } from './protocol';
@@ -32,7 +35,7 @@ export type Transport = 'subshell' | 'main shell' | null;
 
 /** The settings the sidebar remembers between sessions. */
 export interface Remembered {
-  framework: Framework;
+  framework: string;
   nodes: number;
   procs_per_node: number | null;
 }
@@ -67,6 +70,7 @@ export class SidebarModel {
   private _config: RunDefaults;
   private _status: ClusterStatus = STOPPED_STATUS;
   private _factory: RunDefaults = FACTORY_DEFAULTS;
+  private _choices: Choices = NO_KERNEL_CHOICES;
   private _lastError: string | null = null;
   private _mismatch = '';
   private _awaitingFirstState = false;
@@ -92,6 +96,10 @@ export class SidebarModel {
   get transport(): Transport {
     return this._transport;
   }
+  /** What the controls offer: the last welcome's choices (its kernel's framework registry). */
+  get choices(): Choices {
+    return this._choices;
+  }
   get ready(): boolean {
     return this._phase === 'ready';
   }
@@ -106,12 +114,14 @@ export class SidebarModel {
 
   kernelGone(): void {
     this._status = STOPPED_STATUS;
+    this._choices = NO_KERNEL_CHOICES;
     this._transport = null;
     this._set('no-kernel');
   }
 
   connecting(): void {
     this._lastError = null;
+    this._choices = NO_KERNEL_CHOICES; // until this kernel's welcome says what it offers
     this._transport = null;
     this._set('connecting');
   }
@@ -158,6 +168,7 @@ export class SidebarModel {
       return [];
     }
     this._factory = msg.factory_defaults ?? FACTORY_DEFAULTS;
+    this._choices = choicesOf(msg);
     this._awaitingFirstState = true;
     this._set('ready');
     return [];
@@ -177,6 +188,9 @@ export class SidebarModel {
       // a kernel nobody configured yet: give it what the user chose last time
       const changes: Partial<RunDefaults> = {};
       for (const key of ['framework', 'nodes', 'procs_per_node'] as const) {
+        if (key === 'framework' && !this.offers(remembered.framework)) {
+          continue; // chosen in another environment: this kernel has no such framework
+        }
         if (remembered[key] !== msg.defaults[key]) {
           (changes as Record<string, unknown>)[key] = remembered[key];
         }
@@ -230,6 +244,19 @@ export class SidebarModel {
   }
 
   // ---------------------------------------------------------------- views
+
+  /** Whether the connected kernel offers this framework. */
+  offers(framework: string): boolean {
+    return this._choices.frameworks.some(choice => choice.name === framework);
+  }
+
+  /** The framework select's entries: the kernel's, and the configured one where it has none such
+   * (before a kernel connects, the remembered framework). */
+  frameworkChoices(): FrameworkChoice[] {
+    const framework = this._config.framework;
+    const choices = this._choices.frameworks;
+    return this.offers(framework) ? choices : [...choices, { name: framework, title: framework }];
+  }
 
   /** World size of the configured run; null while procs per node is "auto". */
   get worldSize(): number | null {

@@ -3,16 +3,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { GridCell, SidebarModel } from './model';
-import {
-  BACKENDS,
-  CLUSTER_ACTIONS,
-  ClusterAction,
-  FRAMEWORKS,
-  IB_MODES,
-  LAUNCHERS,
-  RunDefaults,
-  parseHosts
-} from './protocol';
+import { CLUSTER_ACTIONS, ClusterAction, RunDefaults, parseHosts } from './protocol';
 
 export const SIDEBAR_ID = 'jupyter-dist:sidebar';
 
@@ -23,6 +14,9 @@ export interface SidebarCallbacks {
 }
 
 type Field = HTMLInputElement | HTMLSelectElement;
+type SelectKey = 'framework' | 'backend' | 'launcher' | 'ib';
+/** A select's entries: [value, label]. */
+type Options = [string, string][];
 
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -37,16 +31,27 @@ function el<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
-function select(name: string, choices: readonly string[], auto?: string): HTMLSelectElement {
+/** An empty select; its entries come from the kernel's choices (`setOptions`). */
+function select(name: string): HTMLSelectElement {
   const node = el('select', 'jp-dist-input');
   node.name = name;
-  if (auto !== undefined) {
-    node.appendChild(new Option(auto, ''));
-  }
-  for (const choice of choices) {
-    node.appendChild(new Option(choice, choice));
-  }
   return node;
+}
+
+/** Replace a select's entries when they changed, keeping its value where it is still offered. */
+function setOptions(node: HTMLSelectElement, options: Options): void {
+  const key = JSON.stringify(options);
+  if (node.dataset.options === key) {
+    return;
+  }
+  const value = node.value;
+  node.replaceChildren(...options.map(([optionValue, label]) => new Option(label, optionValue)));
+  node.dataset.options = key;
+  node.value = value;
+}
+
+function plain(choices: readonly string[]): Options {
+  return choices.map(choice => [choice, choice]);
 }
 
 function numberInput(name: string, placeholder: string, min: number): HTMLInputElement {
@@ -89,17 +94,17 @@ export class DistSidebar extends Widget {
     this.title.caption = 'Distributed runs (jupyter-dist)';
 
     this._fields = {
-      framework: select('framework', FRAMEWORKS),
+      framework: select('framework'),
       nodes: numberInput('nodes', '1', 1),
       procs_per_node: numberInput('procs_per_node', 'auto (GPUs, else 2)', 1),
-      backend: select('backend', BACKENDS),
-      launcher: select('launcher', LAUNCHERS, 'auto'),
+      backend: select('backend'),
+      launcher: select('launcher'),
       hosts: Object.assign(el('input', 'jp-dist-input'), {
         type: 'text',
         name: 'hosts',
         placeholder: 'this host (comma-separated)'
       }),
-      ib: select('ib', IB_MODES),
+      ib: select('ib'),
       timeout: Object.assign(numberInput('timeout', 'none (seconds)', 1), { step: 'any' })
     };
     const labels: Record<keyof RunDefaults, string> = {
@@ -165,6 +170,11 @@ export class DistSidebar extends Widget {
   render(): void {
     const model = this._model;
     const config = model.config;
+    const choices = model.choices;
+    this._setOptions('framework', model.frameworkChoices().map(choice => [choice.name, choice.title]));
+    this._setOptions('backend', plain(choices.backends));
+    this._setOptions('launcher', [['', 'auto'], ...plain(choices.launchers)]);
+    this._setOptions('ib', plain(choices.ib_modes));
     this._setField('framework', config.framework);
     this._setField('nodes', String(config.nodes));
     this._setField('procs_per_node', config.procs_per_node === null ? '' : String(config.procs_per_node));
@@ -220,6 +230,10 @@ export class DistSidebar extends Widget {
       }
     }
     this._grid.replaceChildren(table);
+  }
+
+  private _setOptions(key: SelectKey, options: Options): void {
+    setOptions(this._fields[key] as HTMLSelectElement, options);
   }
 
   private _setField(key: keyof RunDefaults, value: string): void {

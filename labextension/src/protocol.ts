@@ -1,23 +1,15 @@
 /**
- * The sidebar <-> kernel comm protocol (the Python side is jupyter_dist/comm.py).
+ * The sidebar <-> kernel comm protocol (the Python side is jupyter_dist/ui/sidebar/protocol.py).
  *
  * Every message from the kernel is checked here before the sidebar uses it; anything that
- * does not match is dropped with a console warning.
+ * does not match is dropped with a console warning. The frameworks are not listed here: the
+ * kernel's `welcome` names those its registry offers (a framework a package adds through the
+ * `jupyter_dist.frameworks` entry point group among them), with their titles since 1.1.
  */
 
-export const PROTOCOL_VERSION = '1.0';
+export const PROTOCOL_VERSION = '1.1';
 export const TARGET_NAME = 'jupyter_dist';
 
-export const FRAMEWORKS = [
-  'pytorch',
-  'torchrun',
-  'mpi',
-  'horovod',
-  'deepspeed',
-  'lightning',
-  'huggingface',
-  'tensorflow'
-] as const;
 export const BACKENDS = ['auto', 'nccl', 'gloo', 'mpi'] as const;
 export const LAUNCHERS = ['mpi', 'local', 'ssh', 'slurm'] as const;
 export const IB_MODES = ['auto', 'on', 'off'] as const;
@@ -25,7 +17,6 @@ export const CLUSTER_ACTIONS = ['start', 'stop', 'restart'] as const;
 export const CLUSTER_STATES = ['stopped', 'starting', 'idle', 'busy', 'error'] as const;
 export const RANK_STATES = ['idle', 'busy', 'dead', 'starting'] as const;
 
-export type Framework = (typeof FRAMEWORKS)[number];
 export type Backend = (typeof BACKENDS)[number];
 export type Launcher = (typeof LAUNCHERS)[number];
 export type IbMode = (typeof IB_MODES)[number];
@@ -35,7 +26,7 @@ export type RankState = (typeof RANK_STATES)[number];
 
 /** The kernel's RunDefaults.to_json(). */
 export interface RunDefaults {
-  framework: Framework;
+  framework: string; // a name the welcome's `frameworks` lists
   nodes: number;
   procs_per_node: number | null;
   backend: Backend;
@@ -86,7 +77,8 @@ export type Request = HelloMsg | GetStateMsg | SetDefaultsMsg | ClusterMsg;
 export interface WelcomeMsg {
   type: 'welcome';
   version: string;
-  frameworks: string[];
+  frameworks: string[]; // the kernel's registry, in its order
+  framework_titles?: Record<string, string>; // name -> title (from 1.1)
   backends: string[];
   launchers: string[];
   ib_modes: string[];
@@ -141,6 +133,14 @@ function isStrings(value: unknown): value is string[] {
   return Array.isArray(value) && value.every(item => typeof item === 'string');
 }
 
+function isName(value: unknown): value is string {
+  return typeof value === 'string' && value.length > 0;
+}
+
+function isTitles(value: unknown): value is Record<string, string> {
+  return isObj(value) && Object.values(value).every(item => typeof item === 'string');
+}
+
 const HOST_NAME =
   /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 const IPV4 =
@@ -167,7 +167,7 @@ export function parseHosts(text: string): { hosts: string[]; bad: string[] } {
 export function isRunDefaults(value: unknown): value is RunDefaults {
   return (
     isObj(value) &&
-    isOneOf(FRAMEWORKS, value.framework) &&
+    isName(value.framework) &&
     isCount(value.nodes) &&
     (value.procs_per_node === null || isCount(value.procs_per_node)) &&
     isOneOf(BACKENDS, value.backend) &&
@@ -216,6 +216,8 @@ export function parseReply(data: unknown): { reply: Reply | null; reason?: strin
       if (
         typeof data.version === 'string' &&
         isStrings(data.frameworks) &&
+        data.frameworks.every(isName) &&
+        (data.framework_titles === undefined || isTitles(data.framework_titles)) &&
         isStrings(data.backends) &&
         isStrings(data.launchers) &&
         isStrings(data.ib_modes) &&
@@ -242,4 +244,39 @@ export function parseReply(data: unknown): { reply: Reply | null; reason?: strin
 
 export function hello(): HelloMsg {
   return { type: 'hello', version: PROTOCOL_VERSION };
+}
+
+/** One entry of the framework select: the name `-f` takes, the title shown. */
+export interface FrameworkChoice {
+  name: string;
+  title: string;
+}
+
+/** What the controls offer: the kernel's choices, as its welcome sent them. */
+export interface Choices {
+  frameworks: FrameworkChoice[];
+  backends: string[];
+  launchers: string[];
+  ib_modes: string[];
+}
+
+/** Before any welcome: no frameworks (the kernel's registry decides), the protocol's other lists. */
+export const NO_KERNEL_CHOICES: Choices = {
+  frameworks: [],
+  backends: [...BACKENDS],
+  launchers: [...LAUNCHERS],
+  ib_modes: [...IB_MODES]
+};
+
+/** The choices a welcome offers; a 1.0 kernel sends no titles, so a framework is titled by its name. */
+export function choicesOf(msg: WelcomeMsg): Choices {
+  const titles = msg.framework_titles ?? {};
+  const titleOf = (name: string): string =>
+    (Object.prototype.hasOwnProperty.call(titles, name) && titles[name]) || name;
+  return {
+    frameworks: msg.frameworks.map(name => ({ name, title: titleOf(name) })),
+    backends: [...msg.backends],
+    launchers: [...msg.launchers],
+    ib_modes: [...msg.ib_modes]
+  };
 }

@@ -9,9 +9,10 @@ import pytest
 from IPython.core.error import UsageError
 
 from jupyter_dist.errors import RankFailure
-from jupyter_dist.frameworks.torchrun import NOT_WARM_NOTE
+from jupyter_dist.run.session import not_warm_note
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
+NOT_WARM_NOTE = "jupyter-dist: " + not_warm_note("torchrun")
 
 TRAIN = textwrap.dedent(
     """

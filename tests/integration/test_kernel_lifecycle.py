@@ -10,6 +10,7 @@ import time
 import psutil
 import pytest
 from jupyter_client.manager import start_new_kernel
+from kernel import execute
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
 
@@ -21,18 +22,7 @@ PIDS_CELL = (
 
 
 def run(kc, code: str, timeout: float = 120) -> str:
-    msg_id = kc.execute(code)
-    out = []
-    while True:
-        msg = kc.get_iopub_msg(timeout=timeout)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "stream":
-            out.append(msg["content"]["text"])
-        elif msg["msg_type"] == "error":
-            raise AssertionError("\n".join(msg["content"]["traceback"]))
-        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            return "".join(out)
+    return execute(kc, code, timeout).raise_error().stdout
 
 
 def cluster_pids(kc) -> list[int]:

@@ -9,8 +9,8 @@ pytestmark = [pytest.mark.engines, pytest.mark.timeout(180)]
 
 def test_panel_starts_runs_and_stops_a_cluster(shell, distrun):
     import jupyter_dist
-    from jupyter_dist.ui import sidebar as comm
     session = jupyter_dist.get_session()
+    sidebar = jupyter_dist._sidebar  # the sidebar comm's side of this kernel, made by %load_ext
     p = jupyter_dist.panel()
     try:
         p.framework.value = "mpi"
@@ -21,7 +21,7 @@ def test_panel_starts_runs_and_stops_a_cluster(shell, distrun):
         p.start_button.click()
         assert session.cluster.running, p.status.value
         assert "2/2 engines up" in p.status.value and p.status.value.count(" idle</span>") == 2
-        assert comm.cluster_status()["engines"] == 2  # the sidebar's listener still hears the cluster
+        assert sidebar.cluster_status()["engines"] == 2  # the sidebar's listener still hears the cluster
         pids = [e.pid for e in session.cluster.engines]
 
         # a run with explicit flags updates the panel; the panel's cluster is reused as is
@@ -38,6 +38,6 @@ def test_panel_starts_runs_and_stops_a_cluster(shell, distrun):
         p.stop_button.click()
         assert not session.cluster.running
         assert "stopped" in p.status.value and "0/0 engines up" in p.status.value
-        assert comm.cluster_status()["state"] == "stopped"
+        assert sidebar.cluster_status()["state"] == "stopped"
     finally:
         p.close()

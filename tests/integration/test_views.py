@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from IPython.utils.capture import capture_output
+from kernel import execute, started_kernel
 
 import jupyter_dist
-from jupyter_dist.cluster.engines import STATE_DIR
-from jupyter_dist.run.output import LiveTextSink
+from jupyter_dist.cluster.profile import state_dir
+from jupyter_dist.views.live_output import LiveTextSink
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
 
@@ -21,7 +22,7 @@ PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFB
 
 
 def last_log_dir() -> Path:
-    return max(STATE_DIR.glob("logs/**/rank-0.log"), key=lambda p: p.stat().st_mtime).parent
+    return max(state_dir().glob("logs/**/rank-0.log"), key=lambda p: p.stat().st_mtime).parent
 
 
 def captured(shell, flags: str, cell: str):
@@ -54,31 +55,11 @@ if r == 1:
 """
 
 
-def kernel_messages(kc, code: str, timeout: float = 180) -> list[dict]:
-    msg_id = kc.execute(code)
-    msgs = []
-    while True:
-        msg = kc.get_iopub_msg(timeout=timeout)
-        if msg["parent_header"].get("msg_id") == msg_id or msg["msg_type"].startswith("comm"):
-            msgs.append(msg)
-        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status" \
-                and msg["content"]["execution_state"] == "idle":
-            return msgs
-
-
 def test_live_view_in_a_real_kernel():
     """Runs first, with its own kernel and cluster, stopped before the module's cluster starts."""
-    import os
-
-    from jupyter_client.manager import start_new_kernel
-
-    km, kc = start_new_kernel(kernel_name="python3", env={**os.environ})
-    try:
-        kernel_messages(kc, "%load_ext jupyter_dist")
-        msgs = kernel_messages(kc, KERNEL_CELL)
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=False)
+    with started_kernel() as (_, kc):
+        execute(kc, "%load_ext jupyter_dist")
+        msgs = execute(kc, KERNEL_CELL, timeout=180, comms=True).messages
     errors = [m["content"]["traceback"] for m in msgs if m["msg_type"] == "error"]
     assert not errors, "\n".join(errors[0])
     shown = [m["content"]["data"] for m in msgs if m["msg_type"] == "display_data"]

@@ -1,17 +1,11 @@
-"""bench.py's pure parts: bandwidth arithmetic, the nccl-tests style table, HTML and the chart."""
+"""The bench's pure parts (engine.probes, tools.bench_report): bandwidth arithmetic, the nccl-tests style table, HTML and the chart."""
 
 from __future__ import annotations
 
 import pytest
 
-from jupyter_dist.engine.probes import (
-    DEFAULT_SIZES,
-    bus_factor,
-    chart_png,
-    format_bytes,
-    format_table,
-    to_html,
-)
+from jupyter_dist.engine.probes import DEFAULT_SIZES, bus_factor
+from jupyter_dist.tools.bench_report import chart_png, format_bytes, format_table, to_html
 
 ROWS = [
     {

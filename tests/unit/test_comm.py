@@ -10,25 +10,28 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from plugin_framework import plugin_registered
 
-from jupyter_dist.plan.defaults import STORE, RunDefaults
+from jupyter_dist import frameworks
+from jupyter_dist.plan import validate
+from jupyter_dist.plan.defaults import DefaultsStore, RunDefaults
 from jupyter_dist.ui import sidebar as comm
 
 
-@pytest.fixture(autouse=True)
-def clean_state():
-    STORE.reset()
-    comm.set_cluster_control(None)
-    yield
-    with comm._sessions_lock:
-        comm._sessions.clear()
-    comm.set_cluster_control(None)
-    STORE.reset()
+@pytest.fixture
+def store() -> DefaultsStore:
+    return DefaultsStore()
 
 
-def greeted() -> tuple[comm.SidebarSession, list[dict[str, Any]]]:
+@pytest.fixture
+def hub(store: DefaultsStore) -> comm.Sidebar:
+    """A kernel's sidebar side, on a store of its own."""
+    return comm.Sidebar(store)
+
+
+def greeted(hub: comm.Sidebar) -> tuple[comm.SidebarSession, list[dict[str, Any]]]:
     sent: list[dict[str, Any]] = []
-    session = comm.SidebarSession(sent.append)  # type: ignore[arg-type]
+    session = comm.SidebarSession(hub, sent.append)  # type: ignore[arg-type]
     session.handle({"type": "hello", "version": comm.PROTOCOL_VERSION})
     sent.clear()
     return session, sent
@@ -55,30 +58,56 @@ class FakeControl:
 # ---------------------------------------------------------------------------- handshake
 
 
-def test_hello_answers_welcome_then_state():
+def test_hello_answers_welcome_then_state(hub):
     sent: list[dict[str, Any]] = []
-    session = comm.SidebarSession(sent.append)  # type: ignore[arg-type]
+    session = comm.SidebarSession(hub, sent.append)  # type: ignore[arg-type]
     session.handle({"type": "hello", "version": "1.0"})
     assert [m["type"] for m in sent] == ["welcome", "state"]
     welcome = sent[0]
     assert welcome["version"] == comm.PROTOCOL_VERSION
+    assert welcome["frameworks"] == list(frameworks.registry())  # the one list, in its order
     assert welcome["frameworks"][0] == "pytorch" and "tensorflow" in welcome["frameworks"]
+    assert welcome["framework_titles"]["pytorch"] == frameworks.registry()["pytorch"].title
     assert welcome["backends"] == ["auto", "nccl", "gloo", "mpi"]
     assert welcome["factory_defaults"] == RunDefaults().to_json()
     assert sent[1]["defaults"] == RunDefaults().to_json()
     assert sent[1]["status"] == comm.STOPPED_STATUS
 
 
-def test_minor_version_difference_is_accepted():
+def test_a_framework_added_through_the_entry_point_is_offered_and_accepted(hub, store, monkeypatch):
+    with plugin_registered(monkeypatch):
+        session, sent = greeted(hub)
+        hub.add_session("a", session)
+        hub.follow_store()
+        welcome = comm.welcome()
+        assert "jax" in welcome["frameworks"] and welcome["framework_titles"]["jax"] == "JAX (jax.distributed)"
+        session.handle({"type": "set_defaults", "defaults": {"framework": "jax"}})
+        assert store.value.framework == "jax" and sent[-1]["defaults"]["framework"] == "jax"
+    session.handle({"type": "set_defaults", "defaults": {"framework": "horovod"}})
+    session.handle({"type": "set_defaults", "defaults": {"framework": "jax"}})  # uninstalled again
+    assert sent[-1]["type"] == "error" and "framework must be one of" in sent[-1]["message"]
+    assert store.value.framework == "horovod"
+
+
+def test_values_must_be_sent_as_the_kernel_sends_them(hub, store):
+    session, sent = greeted(hub)
+    session.handle({"type": "set_defaults", "defaults": {"backend": "NCCL"}})
+    assert sent[-1]["message"] == "backend: send 'nccl', not 'NCCL'"
+    session.handle({"type": "set_defaults", "defaults": {"nodes": 0}})
+    assert sent[-1]["message"] == "nodes must be a whole number from 1 to 4096, not 0"
+    assert store.value == RunDefaults()
+
+
+def test_minor_version_difference_is_accepted(hub):
     sent: list[dict[str, Any]] = []
-    comm.SidebarSession(sent.append).handle({"type": "hello", "version": "1.7"})  # type: ignore[arg-type]
+    comm.SidebarSession(hub, sent.append).handle({"type": "hello", "version": "1.7"})  # type: ignore[arg-type]
     assert sent[0]["type"] == "welcome"
 
 
 @pytest.mark.parametrize("version", ["0.9", "2.0"])
-def test_other_major_version_is_a_mismatch(version):
+def test_other_major_version_is_a_mismatch(version, hub):
     sent: list[dict[str, Any]] = []
-    session = comm.SidebarSession(sent.append)  # type: ignore[arg-type]
+    session = comm.SidebarSession(hub, sent.append)  # type: ignore[arg-type]
     session.handle({"type": "hello", "version": version})
     assert sent == [
         {"type": "error", "code": "version_mismatch", "message": sent[0]["message"]},
@@ -88,9 +117,9 @@ def test_other_major_version_is_a_mismatch(version):
     assert sent[-1]["code"] == "no_hello"
 
 
-def test_requests_before_hello_are_refused():
+def test_requests_before_hello_are_refused(hub):
     sent: list[dict[str, Any]] = []
-    comm.SidebarSession(sent.append).handle({"type": "get_state"})  # type: ignore[arg-type]
+    comm.SidebarSession(hub, sent.append).handle({"type": "get_state"})  # type: ignore[arg-type]
     assert sent[0]["type"] == "error" and sent[0]["code"] == "no_hello"
 
 
@@ -133,14 +162,14 @@ def test_requests_before_hello_are_refused():
         {"type": "set_defaults", "defaults": {"hosts": [1]}},
     ],
 )
-def test_invalid_messages_are_refused_and_logged(data, caplog):
-    session, sent = greeted()
+def test_invalid_messages_are_refused_and_logged(data, caplog, hub, store):
+    session, sent = greeted(hub)
     with caplog.at_level("WARNING", logger="jupyter_dist.ui.sidebar"):
         session.handle(data)
     assert len(sent) == 1 and sent[0]["type"] == "error" and sent[0]["code"] == "bad_message"
     assert sent[0]["message"]
     assert "refused sidebar message" in caplog.text
-    assert STORE.value == RunDefaults()
+    assert store.value == RunDefaults()
 
 
 @pytest.mark.parametrize(
@@ -162,23 +191,26 @@ def test_invalid_messages_are_refused_and_logged(data, caplog):
         "node_1",
     ],
 )
-def test_hosts_with_shell_metacharacters_or_bad_syntax_are_refused(host):
-    session, sent = greeted()
+def test_hosts_with_shell_metacharacters_or_bad_syntax_are_refused(host, hub, store):
+    session, sent = greeted(hub)
     session.handle({"type": "set_defaults", "defaults": {"hosts": ["ok-node", host]}})
     assert sent[-1]["type"] == "error"
     assert "hosts" in sent[-1]["message"]
-    assert STORE.value.hosts == ()
+    assert store.value.hosts == ()
 
 
 @pytest.mark.parametrize(
     "host", ["node1", "gpu-07.cluster.local", "10.0.0.12", "::1", "fe80::1:2", "localhost"]
 )
-def test_good_hosts_are_accepted(host):
-    assert comm.is_host(host)
+def test_good_hosts_are_accepted(host, hub, store):
+    assert validate.is_host(host)
+    session, sent = greeted(hub)
+    session.handle({"type": "set_defaults", "defaults": {"hosts": [host]}})
+    assert store.value.hosts == (host,)
 
 
-def test_long_values_are_not_echoed_whole():
-    session, sent = greeted()
+def test_long_values_are_not_echoed_whole(hub):
+    session, sent = greeted(hub)
     session.handle({"type": "x" * 10_000})
     assert len(sent[0]["message"]) < 100
 
@@ -186,10 +218,10 @@ def test_long_values_are_not_echoed_whole():
 # ---------------------------------------------------------------------------- the store
 
 
-def test_set_defaults_changes_the_store_and_pushes_state():
-    session, sent = greeted()
-    comm.add_session("a", session)
-    comm.subscribe_store()
+def test_set_defaults_changes_the_store_and_pushes_state(hub, store):
+    session, sent = greeted(hub)
+    hub.add_session("a", session)
+    hub.follow_store()
     session.handle(
         {
             "type": "set_defaults",
@@ -202,7 +234,7 @@ def test_set_defaults_changes_the_store_and_pushes_state():
             },
         }
     )
-    value = STORE.value
+    value = store.value
     assert (value.framework, value.nodes, value.procs_per_node, value.hosts, value.timeout) == (
         "mpi",
         2,
@@ -214,40 +246,40 @@ def test_set_defaults_changes_the_store_and_pushes_state():
     assert sent[0]["defaults"]["hosts"] == ["n1", "10.0.0.2"]
 
 
-def test_unchanged_set_defaults_still_answers():
-    session, sent = greeted()
-    comm.add_session("a", session)
-    comm.subscribe_store()
+def test_unchanged_set_defaults_still_answers(hub):
+    session, sent = greeted(hub)
+    hub.add_session("a", session)
+    hub.follow_store()
     session.handle({"type": "set_defaults", "defaults": {"framework": "pytorch"}})
     assert [m["type"] for m in sent] == ["state"]
 
 
-def test_store_changes_push_state_to_every_greeted_session():
-    one, sent_one = greeted()
-    two, sent_two = greeted()
+def test_store_changes_push_state_to_every_greeted_session(hub, store):
+    one, sent_one = greeted(hub)
+    two, sent_two = greeted(hub)
     silent: list[dict[str, Any]] = []
-    comm.add_session("one", one)
-    comm.add_session("two", two)
-    comm.add_session("silent", comm.SidebarSession(silent.append))  # type: ignore[arg-type]
-    comm.subscribe_store()
-    comm.subscribe_store()  # idempotent: one push per change
-    STORE.update(nodes=3)
+    hub.add_session("one", one)
+    hub.add_session("two", two)
+    hub.add_session("silent", comm.SidebarSession(hub, silent.append))  # type: ignore[arg-type]
+    hub.follow_store()
+    hub.follow_store()  # idempotent: one push per change
+    store.update(nodes=3)
     assert [m["defaults"]["nodes"] for m in sent_one] == [3]
     assert [m["defaults"]["nodes"] for m in sent_two] == [3]
     assert silent == []
-    comm.drop_session("two")
-    STORE.update(nodes=4)
+    hub.drop_session("two")
+    store.update(nodes=4)
     assert len(sent_two) == 1 and len(sent_one) == 2
 
 
 # ---------------------------------------------------------------------------- the cluster
 
 
-def test_status_and_actions_come_from_the_cluster_control():
-    session, sent = greeted()
-    comm.add_session("a", session)
+def test_status_and_actions_come_from_the_cluster_control(hub):
+    session, sent = greeted(hub)
+    hub.add_session("a", session)
     ctrl = FakeControl()
-    comm.set_cluster_control(ctrl)
+    hub.set_control(ctrl)
     assert sent[-1]["status"]["engines"] == 4  # setting the control pushes
     session.handle({"type": "cluster", "action": "start"})
     assert ctrl.calls == ["start"] and sent[-1]["type"] == "state"
@@ -255,23 +287,23 @@ def test_status_and_actions_come_from_the_cluster_control():
     assert sent[-1]["type"] == "error" and sent[-1]["code"] == "action_failed"
     assert "engines would not come up" in sent[-1]["message"]
     ctrl.current = {**ctrl.current, "state": "busy"}
-    comm.notify_status()
+    hub.notify_status()
     assert sent[-1]["status"]["state"] == "busy"
 
 
-def test_actions_without_a_cluster_control_are_refused():
-    session, sent = greeted()
+def test_actions_without_a_cluster_control_are_refused(hub):
+    session, sent = greeted(hub)
     session.handle({"type": "cluster", "action": "stop"})
     assert sent[-1]["code"] == "action_failed"
 
 
-def test_a_failing_status_is_reported_not_raised():
+def test_a_failing_status_is_reported_not_raised(hub):
     class Broken(FakeControl):
         def status(self) -> dict[str, Any]:
             raise OSError("gone")
 
-    comm.set_cluster_control(Broken())
-    status = comm.cluster_status()
+    hub.set_control(Broken())
+    status = hub.cluster_status()
     assert status["state"] == "error" and "gone" in status["message"]
 
 
@@ -304,36 +336,36 @@ def test_the_core_status_is_normalized_to_the_protocol_shape():
     assert comm.normalize_status({"state": "weird"})["state"] == "error"
 
 
-def test_other_threads_get_the_snapshot_and_never_call_the_control():
+def test_other_threads_get_the_snapshot_and_never_call_the_control(hub):
     ctrl = FakeControl()
-    comm.set_cluster_control(ctrl)  # takes a snapshot on this (main) thread
+    hub.set_control(ctrl)  # takes a snapshot on this (main) thread
     calls: list[str] = []
     ctrl.status = lambda: (
         calls.append("status") or {"state": "busy", "engines": 0, "expected": 0, "ranks": []}
     )
     seen: list[Any] = []
-    worker = threading.Thread(target=lambda: seen.append(comm.cluster_status()))
+    worker = threading.Thread(target=lambda: seen.append(hub.cluster_status()))
     worker.start()
     worker.join()
     assert seen[0]["engines"] == 4 and calls == []
-    comm.notify_status()  # no sidebar connected: nothing reads a status, none is taken
+    hub.notify_status()  # no sidebar connected: nothing reads a status, none is taken
     assert calls == []
-    session, sent = greeted()
-    comm.add_session("a", session)
+    session, sent = greeted(hub)
+    hub.add_session("a", session)
     calls.clear()
-    comm.notify_status()  # the core's thread refreshes the snapshot, once, and pushes it
+    hub.notify_status()  # the core's thread refreshes the snapshot, once, and pushes it
     assert calls == ["status"] and sent[-1]["status"]["state"] == "busy"
 
 
 # ---------------------------------------------------------------------------- registration
 
 
-def test_register_without_a_kernel_does_nothing():
-    assert comm.register(None) is False
-    assert comm.register(SimpleNamespace()) is False
+def test_register_without_a_kernel_does_nothing(hub):
+    assert comm.register(None) is None
+    assert comm.register(SimpleNamespace(), hub) is None
     from IPython.testing.globalipapp import get_ipython
 
-    assert comm.register(get_ipython()) is False  # the test shell every module shares
+    assert comm.register(get_ipython()) is None  # the test shell every module shares
 
 
 class FakeComm:
@@ -354,10 +386,10 @@ class FakeComm:
         self.on_close_cb = cb
 
 
-def test_register_with_a_kernel_opens_sessions_per_comm():
+def test_register_with_a_kernel_opens_sessions_per_comm(hub, store):
     targets: dict[str, Any] = {}
     manager = SimpleNamespace(register_target=targets.__setitem__)
-    assert comm.register(SimpleNamespace(kernel=SimpleNamespace(comm_manager=manager))) is True
+    assert comm.register(SimpleNamespace(kernel=SimpleNamespace(comm_manager=manager)), hub) is hub
     fake = FakeComm()
     targets[comm.TARGET_NAME](fake, {"content": {"data": {"type": "hello", "version": "1.0"}}})
     assert [m["type"] for m in fake.sent] == ["welcome", "state"]
@@ -365,7 +397,7 @@ def test_register_with_a_kernel_opens_sessions_per_comm():
     fake.on_msg_cb({"content": {"data": {"type": "set_defaults", "defaults": {"nodes": 2}}}})
     assert fake.sent[-1]["defaults"]["nodes"] == 2
     fake.on_close_cb({})
-    STORE.update(nodes=5)
+    store.update(nodes=5)
     assert fake.sent[-1]["defaults"]["nodes"] == 2
 
 
@@ -382,7 +414,7 @@ class Ctrl:
         self.threads.append(threading.current_thread().name)
     stop = restart = start
 ctrl = Ctrl()
-comm.set_cluster_control(ctrl)
+hub.set_control(ctrl)
 """
 
 
@@ -398,7 +430,7 @@ def test_sidebar_comm_over_a_subshell_answers_while_the_main_shell_is_busy():
         kc.control_channel.send(kc.session.msg("create_subshell_request", {}))
         subshell_id = kc.control_channel.get_msg(timeout=10)["content"]["subshell_id"]
         reply = kc.execute_interactive(
-            "from jupyter_dist.ui import sidebar as comm; comm.register(get_ipython())", timeout=30
+            "from jupyter_dist.ui import sidebar as comm; hub = comm.register(get_ipython())", timeout=30
         )
         assert reply["content"]["status"] == "ok"
         comm_id = uuid.uuid4().hex
@@ -428,7 +460,7 @@ def test_sidebar_comm_over_a_subshell_answers_while_the_main_shell_is_busy():
         assert replies(2, 2.0) == ["welcome", "state"]
         kc.get_shell_msg(timeout=10)  # the sleep's execute_reply
         # the main shell pushes a state (as a running %%distrun does), then stays busy
-        kc.execute("comm.notify_status(); time.sleep(6)")
+        kc.execute("hub.notify_status(); time.sleep(6)")
         assert replies(1, 2.0) == ["state"]
         send("comm_msg", {"comm_id": comm_id, "data": {"type": "get_state"}})
         assert replies(1, 2.0) == ["state"]  # answered while the main shell sleeps
@@ -436,7 +468,7 @@ def test_sidebar_comm_over_a_subshell_answers_while_the_main_shell_is_busy():
         # a cluster action from the subshell runs on the main thread, which owns the cluster
         reply = kc.execute_interactive(CONTROL_IN_KERNEL, timeout=30)
         assert reply["content"]["status"] == "ok"
-        replies(1, 1.0)  # the push from set_cluster_control
+        replies(1, 1.0)  # the push from set_control
         send("comm_msg", {"comm_id": comm_id, "data": {"type": "cluster", "action": "start"}})
         assert replies(1, 5.0) == ["state"]
         threads: list[str] = []

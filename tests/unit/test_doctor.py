@@ -6,30 +6,12 @@ import socket
 import struct
 from pathlib import Path
 
-from jupyter_dist.plan import fabric_env as fabric
-from jupyter_dist.plan.fabric_env import IBPort, NodeFabric, detect_node
+from nodes import ACTIVE, DOWN, ROCE, node
+
+from jupyter_dist.common.node import IBPort, NodeFabric
+from jupyter_dist.engine import node_probe
+from jupyter_dist.engine.node_probe import detect_node
 from jupyter_dist.tools.doctor import COLUMNS, build_report
-
-# The fakes are repeated from test_fabric.py so each file stands alone (tests/ is no package).
-ACTIVE = (IBPort("mlx5_0", 1, "ACTIVE", "InfiniBand"),)
-DOWN = (IBPort("mlx5_0", 1, "DOWN", "InfiniBand"),)
-ROCE = (IBPort("mlx5_0", 1, "ACTIVE", "Ethernet"),)
-
-
-def node(**kw) -> NodeFabric:
-    base = dict(
-        hostname="n0",
-        gpu_count=0,
-        gpu_names=(),
-        ib_ports=(),
-        interfaces=("eth0", "lo"),
-        route_interface="eth0",
-        mpi="Open MPI 5.0.11 (mpiexec at /x/bin/mpiexec)",
-        topo_file=None,
-        vm_size=None,
-    )
-    base.update(kw)
-    return NodeFabric(**base)
 
 
 def make_sysfs(root: Path, ib: dict[str, dict[int, str]]) -> None:
@@ -221,8 +203,8 @@ def test_html_escapes():
 
 def test_report_from_fake_trees(tmp_path, monkeypatch):
     """detect_node on fake sysfs/procfs trees -> build_report: the whole doctor path without engines."""
-    monkeypatch.setattr(fabric, "detect_gpus", lambda: (2, ("NVIDIA A100",) * 2))
-    monkeypatch.setattr(fabric, "detect_mpi", lambda: ("Open MPI 5.0.11 (mpiexec at /x)", True))
+    monkeypatch.setattr(node_probe, "detect_gpus", lambda: (2, ("NVIDIA A100",) * 2))
+    monkeypatch.setattr(node_probe, "detect_mpi", lambda: ("Open MPI 5.0.11 (mpiexec at /x)", True))
     nodes = []
     routes = [("eth0", "0.0.0.0", "0.0.0.0"), ("ib0", "10.1.0.0", "255.255.0.0")]
     for host, state in [("a", "ACTIVE"), ("b", "DOWN")]:

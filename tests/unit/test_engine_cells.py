@@ -7,7 +7,8 @@ import ast
 import pytest
 
 from jupyter_dist.engine import cells as engine_cells
-from jupyter_dist.engine.cells import CELL_LABEL, ShowLastValue, ends_in_semicolon, request
+from jupyter_dist.engine.cells import CELL_LABEL, ShowLastValue, request
+from jupyter_dist.engine.show import ends_in_semicolon
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def shown(code: str) -> tuple[ast.Module, str]:
 def test_the_last_expression_is_wrapped_where_it_was(armed):
     armed("x = 1\n(x,\n 2)")
     tree, text = shown("x = 1\n(x,\n 2)")
-    assert text.splitlines()[-1] == "__import__('jupyter_dist.engine.cells', fromlist=['show_value']).show_value((x, 2))"
+    assert text.splitlines()[-1] == "__jupyter_dist__.show_value((x, 2))"
     for node in ast.walk(tree.body[-1]):
         if hasattr(node, "lineno"):
             assert node.lineno >= 2  # a traceback points at the user's lines, not at line 1

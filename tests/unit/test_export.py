@@ -16,10 +16,13 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
+from jupyter_dist import frameworks
 from jupyter_dist.plan.defaults import RunDefaults
+from jupyter_dist.plan.plan import Ports, layout_of
 from jupyter_dist.plan.spec import parse_args, resolve
 from jupyter_dist.run.session import DistSession, LastRun
 from jupyter_dist.tools import export as E
+from jupyter_dist.tools.export import run_env
 
 KEYS = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
         "MASTER_PORT", "OMP_NUM_THREADS", "OMPI_COMM_WORLD_LOCAL_RANK", "TF_CONFIG", "A"]
@@ -387,6 +390,27 @@ def test_torchrun_refused_for_mpi_and_tensorflow():
 def test_default_format_follows_the_framework():
     assert build("-f pytorch", "x = 1").format == "torchrun"
     assert build("-f mpi", "x = 1").format == "mpirun"
+
+
+def test_bad_slurm_value_is_refused_in_the_export():
+    with pytest.raises(UsageError, match=r"^%dist export: --time 'soon' is not a valid Slurm time\.$"):
+        build("-f pytorch -N 2 -n 2 --launcher slurm --time soon", "x = 1")
+
+
+def test_family_and_default_format_come_from_the_registry():
+    for name, fw in frameworks.registry().items():
+        assert run_env.family_of(name) == fw.family
+    assert run_env.default_format(make("-f torchrun")) == "torchrun"
+    assert run_env.default_format(make("-f tensorflow")) == "mpirun"
+    assert run_env.default_format(make("-f mpi --launcher slurm")) == "sbatch"
+
+
+def test_layout_and_ports_are_the_plans_with_torchrun_and_tf_defaults():
+    spec = make("-f tensorflow -N 2 -n 2 --hosts node-a,node-b")
+    assert run_env.export_ports(spec) == Ports(29500, (2222, 2223, 2224, 2225))
+    assert run_env.export_layout(spec) == layout_of(spec, Ports(29500, (2222, 2223, 2224, 2225)))
+    assert run_env.export_layout(spec).master_addr == "node-a"
+    assert run_env.export_ports(make("-f pytorch --master-port 6000")).master == 6000
 
 
 # -- the %dist export magic ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""fabric.py against fake sysfs/procfs trees and hand-made nodes."""
+"""engine.node_probe against fake sysfs/procfs trees; plan.fabric_env and common.vm_size with hand-made nodes."""
 
 from __future__ import annotations
 
@@ -12,21 +12,17 @@ from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
+from nodes import ACTIVE, DOWN, ROCE, node
 
-from jupyter_dist.plan import fabric_env as fabric
+from jupyter_dist.common.vm_size import is_rdma_vm_size, parse_vm_size, rdma_without_sriov, topo_generation
+from jupyter_dist.engine import node_probe
+from jupyter_dist.engine.node_probe import detect_node, detect_topo_file, read_ib_ports, read_route_interface
 from jupyter_dist.plan.fabric_env import (
     IBPort,
     NodeFabric,
     choose_interface,
-    detect_node,
-    detect_topo_file,
     fabric_env,
-    is_rdma_vm_size,
     nccl_ib_hca,
-    parse_vm_size,
-    rdma_without_sriov,
-    read_ib_ports,
-    read_route_interface,
     resolve_backend,
     transport_summary,
     usable_ib_ports,
@@ -76,25 +72,8 @@ ROUTES = [
 ]
 
 
-def node(**kw) -> NodeFabric:
-    base = dict(
-        hostname="n0",
-        gpu_count=0,
-        gpu_names=(),
-        ib_ports=(),
-        interfaces=("eth0", "lo"),
-        route_interface="eth0",
-        mpi="Open MPI 5.0.11 (mpiexec at /x/bin/mpiexec)",
-        topo_file=None,
-        vm_size=None,
-    )
-    base.update(kw)
-    return NodeFabric(**base)
 
 
-ACTIVE = (IBPort("mlx5_0", 1, "ACTIVE", "InfiniBand"),)
-DOWN = (IBPort("mlx5_0", 1, "DOWN", "InfiniBand"),)
-ROCE = (IBPort("mlx5_0", 1, "ACTIVE", "Ethernet"),)
 
 
 def env_of(n: NodeFabric, **kw) -> dict[str, str]:
@@ -110,7 +89,7 @@ def env_of(n: NodeFabric, **kw) -> dict[str, str]:
 def test_no_infiniband_tree(tmp_path):
     root = make_sysfs(tmp_path)
     assert read_ib_ports(str(root)) == ()
-    assert fabric.read_interfaces(str(root)) == ("eth0", "lo")
+    assert node_probe.read_interfaces(str(root)) == ("eth0", "lo")
 
 
 def test_one_active_port_and_state_parsing(tmp_path):
@@ -135,8 +114,8 @@ def test_detect_node_on_fake_trees_round_trips_json(tmp_path, monkeypatch):
     topo = tmp_path / "ndv4" / "topo.xml"
     topo.parent.mkdir()
     topo.write_text("<system/>")
-    monkeypatch.setattr(fabric, "detect_gpus", lambda: (8, ("NVIDIA A100-SXM4-40GB",) * 8))
-    monkeypatch.setattr(fabric, "detect_mpi", lambda: ("Open MPI 4.1.5 (mpiexec at /opt/bin/mpiexec)", True))
+    monkeypatch.setattr(node_probe, "detect_gpus", lambda: (8, ("NVIDIA A100-SXM4-40GB",) * 8))
+    monkeypatch.setattr(node_probe, "detect_mpi", lambda: ("Open MPI 4.1.5 (mpiexec at /opt/bin/mpiexec)", True))
     monkeypatch.setattr(socket, "gethostname", lambda: "nd-0")
     n = detect_node(
         "10.1.0.9",
@@ -218,8 +197,8 @@ def test_choose_interface_rules():
 def test_choose_interface_from_fake_route_table(tmp_path, monkeypatch):
     proc = make_route(tmp_path / "proc", ROUTES)
     sysfs = make_sysfs(tmp_path / "sys", net=("docker0", "eth0", "eth1", "ib0", "lo"))
-    monkeypatch.setattr(fabric, "detect_gpus", lambda: (0, ()))
-    monkeypatch.setattr(fabric, "detect_mpi", lambda: (None, None))
+    monkeypatch.setattr(node_probe, "detect_gpus", lambda: (0, ()))
+    monkeypatch.setattr(node_probe, "detect_mpi", lambda: (None, None))
     for addr, want in [("10.1.0.7", "ib0"), ("172.17.0.3", "eth0"), ("8.8.4.4", "eth0")]:
         n = detect_node(addr, sysfs_root=str(sysfs), proc_root=str(proc), topo_candidates=(), env={})
         assert choose_interface(n, addr, all_local=False) == want
@@ -436,6 +415,31 @@ def test_rdma_without_sriov(size, no_sriov):
     assert rdma_without_sriov(size) is no_sriov
 
 
+@pytest.mark.parametrize(
+    ("size", "gen"),
+    [
+        ("Standard_ND96isr_H100_v5", "ndv5"),
+        ("Standard_ND96asr_v4", "ndv4"),
+        ("Standard_NC24ads_A100_v4", "ncv4"),
+        ("Standard_ND40rs_v2", "ndv2"),
+        ("Standard_NC24rs_v3", None),
+        ("not a size", None),
+    ],
+)
+def test_topo_generation(size, gen):
+    assert topo_generation(size) == gen
+
+
+def test_node_view_reports_address_fabric_and_free_ports(monkeypatch):
+    monkeypatch.setattr(node_probe, "detect_gpus", lambda: (0, ()))
+    monkeypatch.setattr(node_probe, "detect_mpi", lambda: (None, None))
+    view = node_probe.node_view("127.0.0.1", None, 2)
+    assert view["addr"] == "127.0.0.1" and view["host"] == socket.gethostname()
+    assert len(set(view["ports"])) == 3
+    assert NodeFabric.from_json(view["fabric"]).route_interface == "lo"
+    assert node_probe.detect_node_json("127.0.0.1")["route_interface"] == "lo"
+
+
 # ---------------------------------------------------------------------------------------------
 # topology file, GPUs, MPI
 
@@ -462,25 +466,25 @@ def test_topo_file_choice(tmp_path):
 
 def test_filter_visible_devices():
     names = ["A", "B", "C"]
-    assert fabric._filter_visible(names, None) == names
-    assert fabric._filter_visible(names, "2,0") == ["C", "A"]
-    assert fabric._filter_visible(names, "") == []
-    assert fabric._filter_visible(names, "-1") == []
-    assert fabric._filter_visible(names, "1,7,2") == ["B"]
-    assert fabric._filter_visible(names, "GPU-1234") == names
+    assert node_probe._filter_visible(names, None) == names
+    assert node_probe._filter_visible(names, "2,0") == ["C", "A"]
+    assert node_probe._filter_visible(names, "") == []
+    assert node_probe._filter_visible(names, "-1") == []
+    assert node_probe._filter_visible(names, "1,7,2") == ["B"]
+    assert node_probe._filter_visible(names, "GPU-1234") == names
 
 
 def test_detect_gpus_counts_what_torch_can_use(monkeypatch):
     pytest.importorskip("torch")
     import torch
 
-    monkeypatch.setattr(fabric, "_nvml_names", lambda: None)
-    monkeypatch.setattr(fabric, "_nvidia_smi_names", lambda: ["NVIDIA H200", "NVIDIA H200"])
+    monkeypatch.setattr(node_probe, "_nvml_names", lambda: None)
+    monkeypatch.setattr(node_probe, "_nvidia_smi_names", lambda: ["NVIDIA H200", "NVIDIA H200"])
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # e.g. a CPU-only build
-    assert fabric.detect_gpus() == (0, ("NVIDIA H200", "NVIDIA H200"))
+    assert node_probe.detect_gpus() == (0, ("NVIDIA H200", "NVIDIA H200"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert fabric.detect_gpus() == (2, ("NVIDIA H200", "NVIDIA H200"))
+    assert node_probe.detect_gpus() == (2, ("NVIDIA H200", "NVIDIA H200"))
 
 
 def _fake_exe(path: Path, output: str) -> str:
@@ -495,11 +499,11 @@ def test_detect_mpi_parses_versions(tmp_path):
     ompi.parent.mkdir()
     _fake_exe(ompi, "mpiexec (Open MPI) 4.1.5\n\nReport bugs to https://www.open-mpi.org/community/help/")
     _fake_exe(ompi.with_name("ompi_info"), 'mca:pml:ob1:version:"mca:2.1.0"\nmca:pml:ucx:version:"mca:2.1.0"')
-    assert fabric.detect_mpi(str(ompi)) == (f"Open MPI 4.1.5 (mpiexec at {ompi})", True)
+    assert node_probe.detect_mpi(str(ompi)) == (f"Open MPI 4.1.5 (mpiexec at {ompi})", True)
     mpich = tmp_path / "mpich" / "mpiexec"
     mpich.parent.mkdir()
     _fake_exe(mpich, "HYDRA build details:\n    Version:                                 4.1.2\n")
-    assert fabric.detect_mpi(str(mpich)) == (f"MPICH 4.1.2 (mpiexec at {mpich})", None)
+    assert node_probe.detect_mpi(str(mpich)) == (f"MPICH 4.1.2 (mpiexec at {mpich})", None)
 
 
 def test_find_mpiexec_prefers_this_environment(tmp_path, monkeypatch):
@@ -507,7 +511,7 @@ def test_find_mpiexec_prefers_this_environment(tmp_path, monkeypatch):
     bindir.mkdir()
     exe = _fake_exe(bindir / "mpiexec", "x")
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
-    assert fabric.find_mpiexec() == exe
+    assert node_probe.find_mpiexec() == exe
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "nowhere"))
     monkeypatch.setenv("PATH", str(bindir) + os.pathsep + os.environ.get("PATH", ""))
-    assert fabric.find_mpiexec() == exe
+    assert node_probe.find_mpiexec() == exe

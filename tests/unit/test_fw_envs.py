@@ -9,11 +9,13 @@ import pytest
 from IPython.core.error import UsageError
 
 from jupyter_dist import frameworks
+from jupyter_dist.engine.frameworks.horovod import NODES_VAR, host_plan
+from jupyter_dist.engine.frameworks.lightning import layout_problem, run_layout
+from jupyter_dist.engine.frameworks.torchrun_command import torchrun_command
 from jupyter_dist.frameworks import RunContext
-from jupyter_dist.frameworks.horovod import NODES_VAR, host_plan
-from jupyter_dist.frameworks.lightning import layout_problem, run_layout
+from jupyter_dist.frameworks.horovod import build_env
 from jupyter_dist.frameworks.tensorflow import task_of
-from jupyter_dist.frameworks.torchrun import launch_plan, torchrun_command
+from jupyter_dist.frameworks.torchrun import launch_plan
 from jupyter_dist.plan.defaults import RunDefaults
 from jupyter_dist.plan.envs import rank_environments
 from jupyter_dist.plan.layout import build_layout
@@ -242,8 +244,6 @@ def test_horovod_real_hosts_keep_their_names():
 def test_horovod_build_env(tmp_path, monkeypatch):
     """The switches that let Horovod 0.28.1 compile against torch 2.x: C++17 through CMake, Gloo and PyTorch only."""
     import subprocess
-
-    from jupyter_dist.frameworks.horovod import build_env
 
     monkeypatch.delenv("MAKEFLAGS", raising=False)
     monkeypatch.setenv("HOROVOD_WITHOUT_MPI", "0")  # the user's choice wins

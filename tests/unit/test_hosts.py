@@ -8,7 +8,8 @@ import pytest
 from IPython.core.error import UsageError
 
 from jupyter_dist.cluster import hosts
-from jupyter_dist.cluster.engines import ClusterShape, check_shape
+from jupyter_dist.cluster.engines import check_shape
+from jupyter_dist.cluster.shape import ClusterShape
 from jupyter_dist.frameworks import RunContext, get
 from jupyter_dist.plan.defaults import RunDefaults
 from jupyter_dist.plan.layout import build_layout, master_address

@@ -9,7 +9,8 @@ import sys
 import pytest
 from ipyparallel.cluster import launcher
 
-from jupyter_dist.cluster.launch_session import in_this_session, own_group
+from jupyter_dist.cluster.launch_session import in_this_session
+from jupyter_dist.common.process_group import own_group
 
 pytestmark = pytest.mark.timeout(60)
 

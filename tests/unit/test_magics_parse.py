@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from nodes import HERE
 
 from jupyter_dist.azureml import PyTorchConfiguration
 from jupyter_dist.plan.defaults import DefaultsStore
-from jupyter_dist.plan.fabric_env import NodeFabric
 from jupyter_dist.run.session import DistSession
 from jupyter_dist.ui.magics import DistMagics
 
-NODE = NodeFabric(hostname="here", gpu_count=0, gpu_names=(), ib_ports=(), interfaces=("lo",),
-                  route_interface=None, mpi=None, topo_file=None, vm_size=None, cpu_count=4)
+NODE = replace(HERE, interfaces=("lo",))
 
 
 @pytest.fixture

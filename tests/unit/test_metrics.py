@@ -7,7 +7,9 @@ import math
 
 import pytest
 
+from jupyter_dist.engine import cells, metrics_hooks
 from jupyter_dist.engine import metrics as m
+from jupyter_dist.run import metrics_store as ms
 
 
 @pytest.fixture
@@ -85,7 +87,7 @@ def test_scalars_become_floats(rank_side):
 def test_optimizer_steps_counted_without_report(rank_side):
     torch = pytest.importorskip("torch")
     clock, sent = rank_side
-    assert m._hook_torch(load=True)
+    assert m.hook_torch(load=True)
     try:
         _count_steps(torch, clock)
     finally:
@@ -120,14 +122,14 @@ def test_outside_jupyter_dist_report_is_a_no_op(monkeypatch, capsys):
     m._pick_sender()({"v": 1, "t": [1.0]})
     line = capsys.readouterr().out
     assert line.startswith(m.LINE_PREFIX)
-    store = m.MetricsStore(t0=0.0)
+    store = ms.MetricsStore(t0=0.0)
     assert store.add_line(3, line.rstrip("\n")) and store.ranks[3].t == [1.0]
     assert not store.add_line(3, "an ordinary line")
 
 
-def store_of(rates: dict[int, float], n: int = 21, dt: float = 0.1, t0: float = 100.0, **extra) -> m.MetricsStore:
+def store_of(rates: dict[int, float], n: int = 21, dt: float = 0.1, t0: float = 100.0, **extra) -> ms.MetricsStore:
     """Ranks reporting `samples` every `dt` s so that each runs at its given rate."""
-    store = m.MetricsStore(t0=t0)
+    store = ms.MetricsStore(t0=t0)
     for rank, rate in rates.items():
         store.add(rank, {"t": [t0 + 1 + i * dt for i in range(n)], "samples": [rate * dt] * n,
                          "step": list(range(n)), "scalars": {"loss": [1.0 / (i + 1) for i in range(n)]}, **extra})
@@ -172,19 +174,19 @@ def test_a_span_too_short_is_not_given_a_rate():
     store = store_of({0: 100.0, 1: 90.0}, n=2, dt=0.02)  # 2 steps, 20 ms apart
     text = store.summary().lines()
     assert text[0] == ("jupyter-dist: run summary: samples/s from report(), 2 rank(s), 0.0 s measured: "
-                       f"too short to measure a rate (under {m.MIN_MEASURED_S:g} s)")
+                       f"too short to measure a rate (under {ms.MIN_MEASURED_S:g} s)")
     assert not any("samples/s" in line for line in text[1:])  # no rank, total or straggler rates
     assert text[1:] == ["  loss (mean over ranks): first 1, last 0.5"]  # the scalars still mean something
-    enough = store_of({0: 100.0}, n=3, dt=0.6 * m.MIN_MEASURED_S).summary().lines()
+    enough = store_of({0: 100.0}, n=3, dt=0.6 * ms.MIN_MEASURED_S).summary().lines()
     assert "too short" not in enough[0] and enough[1] == "  rank 0: 100.0 samples/s"
 
 
 def test_steps_from_step_deltas_and_auto():
-    store = m.MetricsStore(t0=0.0)
+    store = ms.MetricsStore(t0=0.0)
     store.add(0, {"t": [1.0, 2.0, 3.0], "step": [0, 10, 20]})  # reported every 10 steps
     assert store.unit == "steps"
     assert store.mean_rates()[0].rate == pytest.approx(10.0)
-    auto = m.MetricsStore(t0=0.0)
+    auto = ms.MetricsStore(t0=0.0)
     auto.add(1, {"auto_t": [1.0, 1.5, 2.0, 2.5]})
     assert auto.source == "auto" and auto.unit == "steps"
     assert auto.mean_rates()[1].rate == pytest.approx(2.0)
@@ -192,7 +194,7 @@ def test_steps_from_step_deltas_and_auto():
 
 
 def test_scalar_series_uses_steps_and_aligns_new_names():
-    store = m.MetricsStore(t0=0.0)
+    store = ms.MetricsStore(t0=0.0)
     store.add(0, {"t": [1.0, 2.0], "step": [5, 6], "scalars": {"loss": [0.5, 0.4]}})
     store.add(0, {"t": [3.0], "step": [7], "scalars": {"acc": [0.9]}})
     assert store.ranks[0].scalars == {"loss": [0.5, 0.4, None], "acc": [None, None, 0.9]}
@@ -201,28 +203,28 @@ def test_scalar_series_uses_steps_and_aligns_new_names():
 
 
 def test_scaling_shape():
-    assert m.scaling_shape(4, 2) == (2, 2)
-    assert m.scaling_shape(1, 2) == (1, 1)
-    assert m.scaling_shape(3, 2) == (1, 3)
+    assert ms.scaling_shape(4, 2) == (2, 2)
+    assert ms.scaling_shape(1, 2) == (1, 1)
+    assert ms.scaling_shape(3, 2) == (1, 3)
 
 
 def test_scaling_from_metrics_and_from_wall_time():
-    runs = [(m.ScalingPoint(1, 1, 1, 0.0, 10.0), store_of({0: 100.0})),
-            (m.ScalingPoint(2, 1, 2, 0.0, 10.0), store_of({0: 90.0, 1: 90.0}))]
-    res = m.scaling_result(runs)
+    runs = [(ms.ScalingPoint(1, 1, 1, 0.0, 10.0), store_of({0: 100.0})),
+            (ms.ScalingPoint(2, 1, 2, 0.0, 10.0), store_of({0: 90.0, 1: 90.0}))]
+    res = ms.scaling_result(runs)
     assert res.unit == "samples/s"
     assert res.speedup(res.points[1]) == pytest.approx(1.8)
     assert res.efficiency(res.points[1]) == pytest.approx(0.9)
     assert "90%" in "\n".join(res.lines())
-    wall = m.scaling_result([(m.ScalingPoint(1, 1, 1, 0.0, 100.0), None), (m.ScalingPoint(4, 2, 2, 0.0, 25.0), None)])
+    wall = ms.scaling_result([(ms.ScalingPoint(1, 1, 1, 0.0, 100.0), None), (ms.ScalingPoint(4, 2, 2, 0.0, 25.0), None)])
     assert wall.unit == "runs/s"
     assert wall.speedup(wall.points[1]) == pytest.approx(4.0) and wall.efficiency(wall.points[1]) == pytest.approx(1.0)
 
 
 def test_nice_width():
-    assert m.nice_width(0.13) == pytest.approx(0.2)
-    assert m.nice_width(3.0) == pytest.approx(5.0)
-    assert m.nice_width(7.0) == pytest.approx(10.0)
+    assert ms.nice_width(0.13) == pytest.approx(0.2)
+    assert ms.nice_width(3.0) == pytest.approx(5.0)
+    assert ms.nice_width(7.0) == pytest.approx(10.0)
 
 
 def test_a_large_batch_is_merged_with_exact_units(rank_side, monkeypatch):
@@ -238,10 +240,38 @@ def test_a_large_batch_is_merged_with_exact_units(rank_side, monkeypatch):
 
 
 def test_copy_is_not_changed_by_later_batches():
-    store = m.MetricsStore(t0=0.0)
+    store = ms.MetricsStore(t0=0.0)
     store.add(0, {"t": [1.0, 2.0], "samples": [8, 8], "scalars": {"loss": [0.5, 0.4]}})
     snap = store.copy()
     store.add(0, {"t": [3.0], "samples": [8], "scalars": {"loss": [0.3], "acc": [0.9]}})
     assert snap.version == 1 and store.version == 2
     assert snap.ranks[0].t == [1.0, 2.0] and snap.ranks[0].scalars == {"loss": [0.5, 0.4]}
     assert snap.mean_rates()[0].rate == 8.0
+
+
+def test_install_hooks_the_cells_once_and_before_cell_starts_afresh(rank_side, monkeypatch):
+    monkeypatch.setattr(cells, "BEFORE_CELL", [])
+    monkeypatch.setattr(cells, "END_OF_CELL", [])
+    monkeypatch.setattr(metrics_hooks, "BEFORE_CELL", cells.BEFORE_CELL)
+    monkeypatch.setattr(metrics_hooks, "END_OF_CELL", cells.END_OF_CELL)
+    monkeypatch.setattr(m, "hook_torch", lambda load=False: False)
+    metrics_hooks.install()
+    metrics_hooks.install()
+    assert [m.end_of_cell] == cells.END_OF_CELL and len(cells.BEFORE_CELL) == 1
+    m.report(samples=1)
+    assert m._reported
+    cells.BEFORE_CELL[0]("x = 1")
+    assert m._next_flush == 0.0 and m._reported is False
+
+
+def test_text_progress_bars_replace_tqdm_auto(monkeypatch):
+    pytest.importorskip("tqdm")
+    import tqdm.auto
+    import tqdm.autonotebook
+    from tqdm import std
+
+    for mod in (tqdm.auto, tqdm.autonotebook):  # put back after the test
+        monkeypatch.setattr(mod, "tqdm", mod.tqdm)
+        monkeypatch.setattr(mod, "trange", mod.trange)
+    metrics_hooks.text_progress_bars()
+    assert tqdm.auto.tqdm is std.tqdm and tqdm.auto.trange is std.trange

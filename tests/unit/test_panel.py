@@ -5,18 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from nodes import HERE
+from plugin_framework import plugin_registered
 
+from jupyter_dist.cluster.shape import ClusterShape
 from jupyter_dist.plan import spec as specmod
 from jupyter_dist.plan.defaults import DefaultsStore, RunDefaults
-from jupyter_dist.plan.fabric_env import NodeFabric
+from jupyter_dist.plan.layout import build_layout
+from jupyter_dist.plan.plan import TORCHRUN_MASTER_PORT
 from jupyter_dist.run.session import DistSession
 from jupyter_dist.views import panel as panelmod
-from jupyter_dist.views.panel import AUTO, PLACEHOLDER_PORT, Panel
+from jupyter_dist.views.panel import AUTO, Panel
+from jupyter_dist.views.panel_html import grid_html
+from jupyter_dist.views.preview import PREVIEW_LIMIT, preview
 
 pytestmark = pytest.mark.timeout(60)
 
-NODE = NodeFabric(hostname="here", gpu_count=0, gpu_names=(), ib_ports=(), interfaces=("lo", "eth0"),
-                  route_interface=None, mpi=None, topo_file=None, vm_size=None, cpu_count=4)
+NODE = HERE
 
 
 class FakeControl:
@@ -113,7 +118,7 @@ def test_invalid_hosts_are_refused_with_a_message(made):
     p, _, store = made
     p.hosts.value = "node1, bad host"
     assert store.value.hosts == () and store.value.nodes == 1
-    assert "not a host name" in p.hosts_msg.value and "not saved" in p.hosts_msg.value
+    assert "not a valid host name" in p.hosts_msg.value and "not saved" in p.hosts_msg.value
     p.hosts.value = "999.1.1.1"  # digits and dots: a malformed address, not a name
     assert store.value.hosts == ()
     p.hosts.value = " node1 , 10.0.0.2 "
@@ -133,7 +138,7 @@ def test_preview_follows_the_controls(made):
     p.rank.value = 4
     env = p.preview.envs[4]
     assert (env["RANK"], env["LOCAL_RANK"], env["NODE_RANK"], env["WORLD_SIZE"]) == ("4", "1", "1", "6")
-    assert env["MASTER_PORT"] == str(PLACEHOLDER_PORT) and env["JUPYTER_DIST_FRAMEWORK"] == "pytorch"
+    assert env["MASTER_PORT"] == str(TORCHRUN_MASTER_PORT) and env["JUPYTER_DIST_FRAMEWORK"] == "pytorch"
     assert "<code>RANK</code></td><td><code>4</code>" in p.env.value and "placeholder" in p.env.value
     p.framework.value = "mpi"
     assert "<code>OMPI_COMM_WORLD_RANK</code></td><td><code>4</code>" in p.env.value
@@ -149,9 +154,44 @@ def test_preview_says_why_a_run_would_fail(made):
     assert p.env.value == ""
 
 
+def test_preview_takes_the_running_clusters_ports_when_its_shape_matches():
+    d = RunDefaults(nodes=2, procs_per_node=2, launcher="local")
+    running = (ClusterShape("local", 4, ()), 41000, (41001, 41002, 41003, 41004))
+    p = preview(d, NODE, mpiexec_found=True, running=running)
+    assert p.real_port and p.ports.master == 41000
+    assert p.envs[3]["MASTER_PORT"] == "41000" and p.problem is None
+    other = preview(RunDefaults(nodes=1, procs_per_node=2, launcher="local"), NODE, mpiexec_found=True, running=running)
+    assert not other.real_port and other.envs[1]["MASTER_PORT"] == str(TORCHRUN_MASTER_PORT)
+
+
+def test_preview_of_a_huge_world_skips_the_environments():
+    nodes = PREVIEW_LIMIT // 1024 + 1
+    p = preview(RunDefaults(nodes=nodes, procs_per_node=1024, launcher="local"), NODE, mpiexec_found=True)
+    assert p.world_size == nodes * 1024 > PREVIEW_LIMIT and p.envs == {} and p.ports.tasks == ()
+    assert f"the environment preview is shown for world sizes up to {PREVIEW_LIMIT}" in p.notes
+
+
+def test_preview_of_defaults_that_do_not_resolve_has_only_the_problem():
+    p = preview(RunDefaults(framework="nope"), NODE, mpiexec_found=True)
+    assert "-f/--framework must be one of" in (p.problem or "") and p.layout is None and p.world_size == 0
+
+
+def test_framework_dropdown_offers_the_registry(session: DistSession, monkeypatch):
+    with plugin_registered(monkeypatch):
+        p = Panel(session, FakeControl(), mpiexec_found=True)
+        try:
+            assert ("JAX (jax.distributed)", "jax") in p.framework.options
+            assert p.framework.options[0] == ("PyTorch DDP", "pytorch")
+            p.framework.value = "jax"
+            assert session.store.value.framework == "jax"
+            assert p.preview.envs[0]["JAX_PROCESS_ID"] == "0"
+        finally:
+            p.close()
+
+
 def test_large_grid_is_elided():
-    layout = panelmod.build_layout(20, 40, master_port=1)
-    text = panelmod.grid_html(layout)
+    layout = build_layout(20, 40, master_port=1)
+    text = grid_html(layout)
     assert "12 more node(s)" in text and "24 more" in text and ">799<" not in text
 
 
@@ -190,13 +230,17 @@ def test_load_ext_after_a_panel_keeps_the_panel_listening(session: DistSession, 
     import jupyter_dist
     from jupyter_dist.ui import sidebar as comm
     heard: list[str] = []
-    monkeypatch.setattr(comm, "notify_status", lambda: heard.append("comm"))
-    monkeypatch.setattr(comm, "register", lambda ip: None)
+    monkeypatch.setattr(comm.Sidebar, "notify_status", lambda self: heard.append("comm"))
+    monkeypatch.setattr(comm, "register", lambda ip, sidebar: None)
     monkeypatch.setattr(jupyter_dist, "_session", session)
+    monkeypatch.setattr(jupyter_dist, "_sidebar", None)
     p = Panel(session, FakeControl(), mpiexec_found=True)
     try:
+        sidebars = []
         for _ in range(2):
             jupyter_dist.load_ipython_extension(FakeShell())
+            sidebars.append(jupyter_dist._sidebar)
+        assert sidebars[0] is sidebars[1] and sidebars[0].store is session.store  # one per kernel
         heard.clear()
         session.cluster._notify()
         listeners = session.cluster.on_status.listeners  # type: ignore[union-attr]

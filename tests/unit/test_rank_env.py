@@ -8,6 +8,7 @@ import pytest
 
 from jupyter_dist import frameworks
 from jupyter_dist.engine import setup as engine
+from jupyter_dist.engine.script import expand_rank_vars
 from jupyter_dist.frameworks import RunContext
 from jupyter_dist.plan.defaults import RunDefaults
 from jupyter_dist.plan.envs import compose, rank_environments
@@ -97,10 +98,10 @@ def test_no_leak_when_framework_changes(monkeypatch):
 
 def test_expand_rank_vars():
     env = {"RANK": "3", "LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4"}
-    assert engine.expand_rank_vars("--local_rank=$LOCAL_RANK", env) == "--local_rank=1"
-    assert engine.expand_rank_vars("${RANK}/$WORLD_SIZE", env) == "3/4"
-    assert engine.expand_rank_vars("$RANKING $HOME", env) == "$RANKING $HOME"
-    assert engine.expand_rank_vars("n$NODE_RANK", env) == "n1"
+    assert expand_rank_vars("--local_rank=$LOCAL_RANK", env) == "--local_rank=1"
+    assert expand_rank_vars("${RANK}/$WORLD_SIZE", env) == "3/4"
+    assert expand_rank_vars("$RANKING $HOME", env) == "$RANKING $HOME"
+    assert expand_rank_vars("n$NODE_RANK", env) == "n1"
 
 
 def test_framework_registry_has_core_frameworks():

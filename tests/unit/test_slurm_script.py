@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
+from jupyter_dist.cluster.engines import check_shape
 from jupyter_dist.cluster.launchers.slurm import (
     ENGINE_WRAPPER,
     JOB_ID_VAR,
@@ -15,10 +16,11 @@ from jupyter_dist.cluster.launchers.slurm import (
     JupyterDistSlurmLauncher,
     SlurmJob,
     batch_template,
-    controller_ip,
     engine_env,
+    job_controller_ip,
     job_from,
 )
+from jupyter_dist.cluster.shape import ClusterShape
 
 
 def written_script(job: SlurmJob, tmp_path, n: int, mpiexec: str = "/opt/my env/bin/mpiexec") -> str:
@@ -104,14 +106,12 @@ def test_engine_env_allows_tcp_only_across_nodes():
 
 
 def test_controller_address_can_be_given():
-    assert controller_ip(job_from(2, 2, environ={}), {"JUPYTER_DIST_CONTROLLER_IP": "10.1.2.3"}) == "10.1.2.3"
+    assert job_controller_ip(job_from(2, 2, environ={}), {"JUPYTER_DIST_CONTROLLER_IP": "10.1.2.3"}) == "10.1.2.3"
     with pytest.raises(UsageError, match="JUPYTER_DIST_CONTROLLER_IP"):
-        controller_ip(job_from(2, 2, environ={}), {"JUPYTER_DIST_CONTROLLER_IP": "head-node"})
+        job_controller_ip(job_from(2, 2, environ={}), {"JUPYTER_DIST_CONTROLLER_IP": "head-node"})
 
 
 def test_a_bad_slurm_option_fails_in_the_shape_check_before_anything_starts():
-    from jupyter_dist.cluster.engines import ClusterShape, check_shape
-
     check_shape(ClusterShape("slurm", 2, (), slurm_nodes=1, slurm=(("time", "00:10:00"),)))
     with pytest.raises(UsageError, match="--time 'soon' is not a valid Slurm time"):
         check_shape(ClusterShape("slurm", 2, (), slurm_nodes=1, slurm=(("time", "soon"),)))

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from jupyter_dist.engine.metrics import MetricsStore
+from jupyter_dist.run.metrics_store import MetricsStore
 from jupyter_dist.views import svg_chart
 from jupyter_dist.views.svg_chart import MAX_POINTS, downsample, metrics_svg, nice_ticks, tick_labels
 

@@ -7,10 +7,14 @@ import time
 
 import pytest
 
-from jupyter_dist.engine.metrics import LINE_PREFIX, MetricsStore, ScalingPoint, scaling_result
+from jupyter_dist.engine.metrics import LINE_PREFIX
 from jupyter_dist.plan.layout import RankPlace
-from jupyter_dist.run.output import LineBuffer, LiveTextSink, RankLogs, TextSink, settle
-from jupyter_dist.views import charts, ranks
+from jupyter_dist.run.metrics_store import MetricsStore, ScalingPoint, scaling_result
+from jupyter_dist.run.display import PlainDisplay
+from jupyter_dist.run.output import LineBuffer, RankLogs, TextSink, settle
+from jupyter_dist.views import charts, live_output, ranks
+from jupyter_dist.views.live_output import LiveTextSink
+from jupyter_dist.views.run_display import NOTEBOOK
 from jupyter_dist.views.ranks import ALL, OutputModel, render_html
 
 CR_COLLAPSE = re.compile(r".*\r(?=[^\n])")  # what ipyparallel does to the text it accumulates
@@ -71,6 +75,62 @@ def test_text_sink_labels_filters_and_notes(tmp_path, capsys):
     assert "hidden" not in out and "bar" not in out
 
 
+def metrics_batch(t0: float) -> dict:
+    return {"key": "metrics", "data": {"t": [t0 + 1 + 0.1 * i for i in range(20)], "samples": [16] * 20}}
+
+
+class RecordingDisplay:
+    """A `RunDisplay` that records what the run asked it to show."""
+
+    def __init__(self):
+        self.shown = []
+
+    def metrics(self, store):
+        self.shown.append(("metrics", store))
+
+    def scaling(self, result):
+        self.shown.append(("scaling", result))
+
+    def start_progress(self):
+        return lambda up, n, elapsed: self.shown.append(("progress", up, n))
+
+
+def test_text_sink_hands_its_metrics_to_the_display(tmp_path, capsys):
+    shown = RecordingDisplay()
+    sink = TextSink(run_display=shown)
+    sink.start(places(2), None, RankLogs(tmp_path / "run", 2))
+    sink.collected(0, metrics_batch(sink.metrics.t0))
+    sink.finish()
+    assert shown.shown == [("metrics", sink.metrics)]
+    quiet = TextSink(charts=False, run_display=shown)  # --scaling charts the sizes together instead
+    quiet.start(places(2), None, RankLogs(tmp_path / "run2", 2))
+    quiet.collected(0, metrics_batch(quiet.metrics.t0))
+    quiet.finish()
+    assert len(shown.shown) == 1
+
+
+def test_plain_display_prints_the_summary_and_the_last_start_line(tmp_path, capsys):
+    sink = TextSink()  # no views handed in: the summary, no chart
+    assert isinstance(sink.run_display, PlainDisplay)
+    sink.start(places(1), None, RankLogs(tmp_path / "run", 1))
+    sink.collected(0, metrics_batch(sink.metrics.t0))
+    sink.finish()
+    assert "rank 0: 160.0 samples/s" in capsys.readouterr().out
+    progress = PlainDisplay().start_progress()
+    for up in (1, 2, 2):
+        progress(up, 2, 1.25)
+    assert capsys.readouterr().out == "jupyter-dist: 2 engines started in 1.2 s\n"
+
+
+def test_notebook_display_outside_a_kernel(capsys):
+    progress = NOTEBOOK.start_progress()  # its live area is a no-op here
+    progress(1, 2, 0.5)
+    progress(2, 2, 1.0)
+    assert capsys.readouterr().out == "jupyter-dist: 2 engines started in 1.0 s\n"
+    sink = live_output.default_sink()  # not in a kernel: plain lines, the notebook's charts at the end
+    assert type(sink) is TextSink and sink.run_display is NOTEBOOK
+
+
 class FakeView:
     """Stands in for views.live.RunView: records what the sink pushes."""
 
@@ -97,12 +157,10 @@ class FakeView:
 
 @pytest.fixture
 def live(monkeypatch, tmp_path):
-    import jupyter_dist.views.live as live_mod
-
     FakeView.instances = []
-    monkeypatch.setattr(live_mod, "RunView", FakeView)
+    monkeypatch.setattr(live_output, "RunView", FakeView)
     displayed: list[dict] = []
-    monkeypatch.setattr("IPython.display.publish_display_data", lambda data, metadata=None, **kw: displayed.append(data))
+    monkeypatch.setattr(live_output, "publish_display_data", lambda data, metadata=None, **kw: displayed.append(data))
     monkeypatch.setattr(charts, "show_png", lambda png, caption: displayed.append({"image/png": png, "text/plain": caption}))
     logs = RankLogs(tmp_path / "run", 2)
 

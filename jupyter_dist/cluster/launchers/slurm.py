@@ -23,14 +23,17 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
 from IPython.core.error import UsageError
 from traitlets import default
 
-from jupyter_dist.cluster.hosts import CONTROLLER_IP_ENV, pick_controller_address, source_address
-from jupyter_dist.tools.export import SLURM_VALUE
+from jupyter_dist.cluster.hosts import CONTROLLER_IP_ENV, pick_controller_address
+from jupyter_dist.cluster.launchers.mpi import MpiLauncher, require_mpiexec
+from jupyter_dist.common.hosts import source_address
+from jupyter_dist.plan import validate
 
 # Extra `sbatch` options for every engine job (e.g. "--qos=debug --gres=gpu:4"), for what has no flag.
 OPTIONS_VAR = "JUPYTER_DIST_SLURM_OPTIONS"
@@ -60,11 +63,10 @@ def job_from(nodes: int, procs_per_node: int, options: tuple[tuple[str, str], ..
              environ: dict[str, str] | None = None) -> SlurmJob:
     """The job for a layout; options are checked here, so a bad one fails before `sbatch` runs."""
     for key, value in options:
-        pattern = SLURM_VALUE.get(key)
-        if pattern is None:
-            raise UsageError(f"--{key} is not a Slurm option jupyter-dist knows (partition, time, account).")
-        if not pattern.match(value):
-            raise UsageError(f"--{key} {value!r} is not a valid Slurm {key}.")
+        try:
+            validate.slurm_option(key, value)
+        except validate.InvalidValue as e:
+            raise UsageError(f"{e}.") from None
     raw = (os.environ if environ is None else environ).get(OPTIONS_VAR, "")
     try:
         extra = tuple(shlex.split(raw))
@@ -209,7 +211,7 @@ def node_names(partition: str | None = None) -> list[str]:
     return names
 
 
-def controller_ip(job: SlurmJob, environ: dict[str, str] | None = None) -> str:
+def job_controller_ip(job: SlurmJob, environ: dict[str, str] | None = None) -> str:
     """Where the controller listens: $JUPYTER_DIST_CONTROLLER_IP if set; loopback when every node
     Slurm may give the job is this host; else the one address this host reaches those nodes from."""
     env = os.environ if environ is None else environ
@@ -238,13 +240,39 @@ def controller_ip(job: SlurmJob, environ: dict[str, str] | None = None) -> str:
     return addrs.pop()
 
 
-def configure(cluster: Any, job: SlurmJob, mpiexec: str, env: dict[str, str]) -> list[str]:
-    """Make an unstarted `ipyparallel.Cluster` start its engines as `job`; returns lines for the user."""
-    cluster.engine_launcher_class = JupyterDistSlurmLauncher
-    cluster.controller_ip = controller_ip(job)
-    cfg = cluster.config.JupyterDistSlurmLauncher
-    cfg.batch_template = batch_template(job, mpiexec)
-    cfg.environment = engine_env(job, env)
-    opts = " ".join([*(f"--{k}={v}" for k, v in job.options), *job.extra])
-    return [f"engines as a Slurm job: {job.nodes} node(s) x {job.procs_per_node} task(s)"
-            + (f", {opts}" if opts else "") + f"; controller on {cluster.controller_ip}"]
+class SlurmLauncher(MpiLauncher):
+    """The engines as one Slurm job: one MPI world, mapped by MPI rank as under `--launcher mpi`."""
+
+    name = "slurm"
+    engines = "local"  # replaced by `JupyterDistSlurmLauncher` in `configure`
+
+    def job(self) -> SlurmJob:
+        """The shape's Slurm job; its options are checked on the way."""
+        nodes = self.shape.slurm_nodes or 1
+        return job_from(nodes, self.shape.world_size // nodes, self.shape.slurm)
+
+    def check(self, family: str = "") -> None:
+        self.job()  # a bad option fails here, not at sbatch
+
+    @property
+    def remote(self) -> bool:
+        return False  # Slurm places the nodes; `configure` picks the controller's address
+
+    def configure(self, cluster: Any, profile_dir: Path, controller_ip: str) -> list[str]:
+        """The engine launcher becomes `JupyterDistSlurmLauncher`; the controller listens where the job's
+        nodes reach this host, not on the loopback `controller_ip` the cluster was made with."""
+        env, notes = self.mpi_env()
+        mpiexec = require_mpiexec()
+        job = self.job()
+        cluster.engine_launcher_class = JupyterDistSlurmLauncher
+        cluster.controller_ip = job_controller_ip(job)
+        cfg = cluster.config.JupyterDistSlurmLauncher
+        cfg.batch_template = batch_template(job, mpiexec)
+        cfg.environment = engine_env(job, env)
+        opts = " ".join([*(f"--{k}={v}" for k, v in job.options), *job.extra])
+        return [*notes, f"engines as a Slurm job: {job.nodes} node(s) x {job.procs_per_node} task(s)"
+                + (f", {opts}" if opts else "") + f"; controller on {cluster.controller_ip}"]
+
+    def watchdog_tokens(self, engine_set: Any) -> list[str]:
+        job_id = getattr(engine_set, "job_id", None)
+        return [f"slurm:{job_id}"] if job_id else []

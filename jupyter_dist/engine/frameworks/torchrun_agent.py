@@ -2,7 +2,7 @@
 
 On a node-leader engine, `run(plan, cell)` writes the cell to a script, starts torchrun as a
 subprocess in its own session, and prints each line it echoes as the line of the worker's
-global rank (`engine.relabel`). A failing worker's error comes from torchrun's error file.
+global rank (`channel.relabel`). A failing worker's error comes from torchrun's error file.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ import time
 import traceback
 from typing import IO, Any
 
-from jupyter_dist.cluster.launch_session import own_group
-from jupyter_dist.engine import setup as engine
+from jupyter_dist.common.channel import relabel
+from jupyter_dist.common.process_group import own_group
+from jupyter_dist.engine.frameworks.torchrun_command import ROLE, torchrun_command
+from jupyter_dist.engine.script import run_script
 
-PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$", re.S)
+PREFIX = re.compile(rf"^\[{ROLE}(\d+)\]:(.*)$", re.S)  # torchrun's --tee prefix of a worker's line
 # What Open MPI's launcher gave the engine: a torchrun worker is not an MPI process, and
 # mpi4py imported in one must start as a singleton, not as the engine's rank.
 MPI_LAUNCH_VARS = ("PMIX_", "PRTE_", "OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS",
@@ -42,7 +44,7 @@ class TorchrunWorkerError(RuntimeError):
     """A torchrun worker failed; the message names its global rank.
 
     The engine's IPython renders it with `_render_traceback_`: the worker's own traceback (from
-    its error file), not this agent's frame or the `__import__(...)` line that started it.
+    its error file), not this agent's frame or the `__jupyter_dist__.run_torchrun(...)` line that started it.
     """
 
     def __init__(self, message: str, worker_traceback: str = "") -> None:
@@ -68,8 +70,6 @@ def worker_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
 
 def run(plan: dict[str, Any], cell: str | None) -> None:
     """Launch this node's torchrun over `cell` (or `plan["script"]`) and wait for it."""
-    from jupyter_dist.frameworks.torchrun import torchrun_command
-
     node = int(os.environ["NODE_RANK"])
     procs = int(plan["nproc_per_node"])
     # a process group of an earlier -f pytorch run is gone (set-up hook release_torch_group); if
@@ -129,7 +129,7 @@ class Echo:
     def line(self, line: str, sink: IO[str]) -> None:
         m = PREFIX.match(line)
         if m:
-            sink.write(engine.relabel(self.first_rank + int(m.group(1)), m.group(2)) + "\n")
+            sink.write(relabel(self.first_rank + int(m.group(1)), m.group(2)) + "\n")
         else:
             self.agent_lines.append(line)
             if self.failing or line.startswith("Traceback (most recent call last)"):
@@ -248,7 +248,7 @@ def worker_main(argv: list[str]) -> None:
     the script's own frames on, and leave it in torchrun's error file for the agent."""
     script, *args = argv
     try:
-        engine.run_script(script, args)
+        run_script(script, args)
     except SystemExit:
         raise
     except BaseException as e:

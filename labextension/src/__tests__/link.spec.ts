@@ -2,7 +2,7 @@ import type { Kernel } from '@jupyterlab/services';
 
 import { KernelLink, WELCOME_TIMEOUT_MS } from '../link';
 import { FACTORY_DEFAULTS, SidebarModel } from '../model';
-import { STOPPED_STATUS } from '../protocol';
+import { PROTOCOL_VERSION, STOPPED_STATUS } from '../protocol';
 import { FakeKernel } from './fakes';
 
 const welcome = {
@@ -43,7 +43,7 @@ describe('KernelLink', () => {
     expect(comm.opened).toEqual([]); // not yet: it would go to the main shell
     comm.startSubshell('sub-1');
     await started;
-    expect(comm.opened).toEqual([{ type: 'hello', version: '1.0' }]);
+    expect(comm.opened).toEqual([{ type: 'hello', version: PROTOCOL_VERSION }]);
     expect(link.subshellId).toBe('sub-1');
     expect(model.transport).toBe('subshell');
     comm.reply(welcome);

@@ -1,14 +1,15 @@
 import { FACTORY_DEFAULTS, SidebarModel } from '../model';
-import { ClusterStatus, RunDefaults, STOPPED_STATUS } from '../protocol';
+import { BACKENDS, ClusterStatus, IB_MODES, LAUNCHERS, NO_KERNEL_CHOICES, RunDefaults, STOPPED_STATUS } from '../protocol';
 
 const welcome = {
   type: 'welcome',
-  version: '1.0',
-  frameworks: [],
-  backends: [],
-  launchers: [],
-  ib_modes: [],
-  actions: [],
+  version: '1.1',
+  frameworks: ['pytorch', 'mpi', 'deepspeed', 'jax'],
+  framework_titles: { pytorch: 'PyTorch DDP', mpi: 'MPI', deepspeed: 'DeepSpeed', jax: 'JAX (a plugin)' },
+  backends: [...BACKENDS],
+  launchers: [...LAUNCHERS],
+  ib_modes: [...IB_MODES],
+  actions: ['start', 'stop', 'restart'],
   factory_defaults: FACTORY_DEFAULTS
 };
 
@@ -157,6 +158,55 @@ describe('defaults and settings', () => {
     const model = readyModel({ nodes: 3 });
     model.remember({ nodes: 9 });
     expect(model.config.nodes).toBe(3);
+  });
+});
+
+describe('choices', () => {
+  it('has no frameworks before a kernel says which it offers', () => {
+    const model = new SidebarModel({ framework: 'mpi' });
+    expect(model.choices).toEqual(NO_KERNEL_CHOICES);
+    expect(model.frameworkChoices()).toEqual([{ name: 'mpi', title: 'mpi' }]); // the remembered one
+  });
+
+  it('takes the choices from the welcome, titles included', () => {
+    const model = new SidebarModel();
+    const seen: string[][] = [];
+    model.subscribe(() => seen.push(model.frameworkChoices().map(choice => choice.title)));
+    model.connecting();
+    model.handle(welcome);
+    expect(model.choices.frameworks.map(choice => choice.name)).toEqual(['pytorch', 'mpi', 'deepspeed', 'jax']);
+    expect(model.frameworkChoices()).toContainEqual({ name: 'jax', title: 'JAX (a plugin)' });
+    expect(model.choices.backends).toEqual([...BACKENDS]);
+    expect(seen[seen.length - 1]).toEqual(['PyTorch DDP', 'MPI', 'DeepSpeed', 'JAX (a plugin)']);
+  });
+
+  it('offers a framework the kernel registered through its entry point', () => {
+    const model = readyModel();
+    expect(model.update({ framework: 'jax' })).toEqual({ type: 'set_defaults', defaults: { framework: 'jax' } });
+    model.handle(stateMsg({ framework: 'jax' }));
+    expect(model.config.framework).toBe('jax');
+    expect(model.frameworkChoices().map(choice => choice.name)).toEqual(['pytorch', 'mpi', 'deepspeed', 'jax']);
+  });
+
+  it('shows what another kernel offers once it connects', () => {
+    const model = readyModel();
+    model.kernelGone();
+    expect(model.choices.frameworks).toEqual([]);
+    model.connecting();
+    model.handle({ ...welcome, frameworks: ['pytorch', 'horovod'], framework_titles: { horovod: 'Horovod' } });
+    expect(model.frameworkChoices()).toEqual([
+      { name: 'pytorch', title: 'pytorch' },
+      { name: 'horovod', title: 'Horovod' }
+    ]);
+  });
+
+  it('does not push a remembered framework this kernel lacks', () => {
+    const model = new SidebarModel();
+    model.remember({ framework: 'tensorflow', nodes: 2 });
+    model.connecting();
+    model.handle(welcome);
+    expect(model.handle(stateMsg())).toEqual([{ type: 'set_defaults', defaults: { nodes: 2 } }]);
+    expect(model.config.framework).toBe('pytorch');
   });
 });
 

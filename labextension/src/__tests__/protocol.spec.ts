@@ -1,5 +1,7 @@
 import {
   PROTOCOL_VERSION,
+  WelcomeMsg,
+  choicesOf,
   hello,
   isHost,
   parseHosts,
@@ -10,8 +12,9 @@ import { FACTORY_DEFAULTS } from '../model';
 
 const welcome = {
   type: 'welcome',
-  version: '1.0',
+  version: '1.1',
   frameworks: ['pytorch', 'mpi'],
+  framework_titles: { pytorch: 'PyTorch DDP', mpi: 'MPI' },
   backends: ['auto', 'nccl', 'gloo', 'mpi'],
   launchers: ['mpi', 'local', 'ssh', 'slurm'],
   ib_modes: ['auto', 'on', 'off'],
@@ -60,7 +63,11 @@ describe('parseReply', () => {
     ['unknown type', { type: 'exec', code: 'x' }],
     ['welcome without version', { ...welcome, version: 1 }],
     ['welcome with bad lists', { ...welcome, frameworks: 'pytorch' }],
-    ['state with a bad framework', { ...state, defaults: { ...state.defaults, framework: 'jax' } }],
+    ['welcome with an empty framework name', { ...welcome, frameworks: ['pytorch', ''] }],
+    ['welcome with bad titles', { ...welcome, framework_titles: { pytorch: 1 } }],
+    ['welcome with titles as a list', { ...welcome, framework_titles: ['PyTorch DDP'] }],
+    ['state with a non-string framework', { ...state, defaults: { ...state.defaults, framework: 1 } }],
+    ['state with an empty framework', { ...state, defaults: { ...state.defaults, framework: '' } }],
     ['state with string nodes', { ...state, defaults: { ...state.defaults, nodes: '2' } }],
     ['state with fractional nodes', { ...state, defaults: { ...state.defaults, nodes: 1.5 } }],
     ['state with bad hosts', { ...state, defaults: { ...state.defaults, hosts: 'a,b' } }],
@@ -73,6 +80,38 @@ describe('parseReply', () => {
     const { reply, reason } = parseReply(data);
     expect(reply).toBeNull();
     expect(reason).toBeTruthy();
+  });
+});
+
+describe('framework choices', () => {
+  it('accepts any framework the kernel registered, not a fixed list', () => {
+    const plugin = { ...welcome, frameworks: ['pytorch', 'jax'], framework_titles: { jax: 'JAX' } };
+    expect(parseReply(plugin).reply?.type).toBe('welcome');
+    expect(parseReply({ ...state, defaults: { ...state.defaults, framework: 'jax' } }).reply?.type).toBe('state');
+  });
+
+  it('pairs names with titles, the name standing in for a missing one', () => {
+    const plugin = { ...welcome, frameworks: ['pytorch', 'jax', 'constructor'], framework_titles: { pytorch: 'PyTorch DDP' } };
+    expect(choicesOf(plugin as WelcomeMsg).frameworks).toEqual([
+      { name: 'pytorch', title: 'PyTorch DDP' },
+      { name: 'jax', title: 'jax' },
+      { name: 'constructor', title: 'constructor' }
+    ]);
+  });
+
+  it('reads a 1.0 welcome, which has no titles', () => {
+    const old = { ...welcome, version: '1.0', framework_titles: undefined };
+    const { reply } = parseReply(old);
+    expect(reply?.type).toBe('welcome');
+    expect(choicesOf(reply as WelcomeMsg)).toEqual({
+      frameworks: [
+        { name: 'pytorch', title: 'pytorch' },
+        { name: 'mpi', title: 'mpi' }
+      ],
+      backends: welcome.backends,
+      launchers: welcome.launchers,
+      ib_modes: welcome.ib_modes
+    });
   });
 });
 

@@ -1,0 +1,94 @@
+"""When a rank fails or hangs: its stack and crash files, and releasing its peers.
+
+The notebook reads the files (`jupyter_dist.common.files`); it calls `abort_collectives` on a
+failed rank so that ranks blocked with it in a collective fail at once instead of timing out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import gc
+import os
+import signal
+import socket
+import sys
+from typing import IO
+
+import psutil
+
+from jupyter_dist.common.files import crash_file, stack_file
+from jupyter_dist.engine.torch_hooks import forget_world
+
+_open: dict[str, IO[str]] = {}  # the files faulthandler writes to, kept open for it
+
+
+def arm_stack_files(stack_dir: str, rank: int) -> None:
+    """SIGUSR1 dumps all Python stacks to `rank`'s stack file; a fatal signal (SIGSEGV, SIGFPE,
+    SIGABRT, SIGBUS, SIGILL) writes them to its crash file."""
+    path = stack_file(stack_dir, rank)
+    os.makedirs(stack_dir, mode=0o700, exist_ok=True)
+    old = _open.pop("stack", None)
+    if old is not None:
+        old.close()
+    fh = open(path, "w")  # noqa: SIM115 - kept open for the signal handler
+    os.chmod(path, 0o600)
+    _open["stack"] = fh
+    faulthandler.register(signal.SIGUSR1, file=fh, all_threads=True)
+    crash = open(crash_file(stack_dir, rank), "w")  # noqa: SIM115 - kept open for faulthandler
+    os.chmod(crash.name, 0o600)
+    _open["crash"] = crash
+    faulthandler.enable(file=crash, all_threads=True)
+
+
+def release_torch_group() -> None:
+    """Set-up hook of -f torchrun: a group that an earlier -f pytorch run left on these engines is
+    destroyed on every rank alike, so that a later -f pytorch run makes a fresh one everywhere
+    (a group gone on some ranks only would leave the others talking to closed pairs)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+    forget_world()
+
+
+def abort_collectives(protected_ports: tuple[int, ...] = ()) -> int:
+    """Release this rank's peers from a collective after it failed; returns sockets shut.
+
+    Neither destroying a gloo group nor aborting it closes its TCP pairs while a failed
+    collective's traceback still holds them, and a peer blocked in that collective waits
+    for its (30 minute) timeout. Shutting this rank's established TCP connections (all but
+    those to the ipyparallel controller, `protected_ports`) makes every peer's collective
+    fail at once with "connection closed by peer"; the group is replaced on the next
+    `init_process_group`.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return 0
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+    forget_world()
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
+    gc.collect()
+    return shut_peer_sockets(set(protected_ports))
+
+
+def shut_peer_sockets(protected: set[int]) -> int:
+    """Shut this process's established TCP connections, but those to a port in `protected`."""
+    shut = 0
+    for conn in psutil.Process().net_connections(kind="tcp"):
+        if conn.status != psutil.CONN_ESTABLISHED or not conn.raddr or conn.fd < 0:
+            continue
+        if conn.raddr.port in protected:
+            continue
+        with contextlib.suppress(OSError):
+            sock = socket.socket(fileno=os.dup(conn.fd))
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                shut += 1
+            finally:
+                sock.close()
+    return shut

@@ -1,0 +1,49 @@
+"""The metrics' engine set-up hook: the end-of-cell flush, torch step counting, text progress bars.
+
+Apart from `engine.metrics` so that `import jupyter_dist` (which binds `report`) loads neither
+IPython nor the engine's cell hooks in a process that is no engine, such as a torchrun worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+from jupyter_dist.engine import metrics
+from jupyter_dist.engine.cells import BEFORE_CELL, END_OF_CELL, add_hook
+
+
+def install() -> None:
+    """Engine set-up hook: end-of-cell flush, torch step counting, and, before each cell, text
+    progress bars (a widget bar made on a rank can never be seen)."""
+    add_hook(END_OF_CELL, metrics.end_of_cell)
+    metrics.watching()
+    metrics.hook_torch()
+    add_hook(BEFORE_CELL, _before_cell)
+
+
+def _before_cell(cell: str) -> None:
+    metrics.new_cell()
+    if not metrics.torch_hooked() and ("torch" in sys.modules or _imports(cell, "torch")):
+        metrics.hook_torch(load=True)
+    if "tqdm" in cell:
+        text_progress_bars()
+
+
+def _imports(cell: str, module: str) -> bool:
+    return f"import {module}" in cell or f"from {module}" in cell
+
+
+def text_progress_bars() -> None:
+    """On a rank, `tqdm.auto` would draw an ipywidgets bar whose updates go nowhere; use text."""
+    if importlib.util.find_spec("tqdm") is None:
+        return
+    from tqdm import std  # optional: only when the cell uses tqdm
+
+    for name in ("tqdm.auto", "tqdm.autonotebook"):
+        try:
+            mod = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a broken optional import is not ours to raise
+            continue
+        mod.tqdm, mod.trange = std.tqdm, std.trange

@@ -1,0 +1,98 @@
+"""torch on a warm engine: process groups that survive re-run cells, GPU binding, thread count.
+
+torch is imported only by the hooks that need it; the rest look in `sys.modules`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from jupyter_dist.common.channel import GROUP_GONE
+from jupyter_dist.engine.cells import END_OF_CELL, add_hook
+
+# the world of the group this engine's init_process_group made: (backend, size, rank, addr, port, init)
+_state: dict[str, Any] = {"world": None}
+
+
+def cuda_set_device() -> None:
+    """NCCL: bind this rank to GPU LOCAL_RANK before any process group exists."""
+    import torch  # heavy, and only for NCCL runs
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def sync_torch_threads() -> None:
+    """OMP_NUM_THREADS is read once at torch import; a warm engine needs it applied by hand."""
+    torch = sys.modules.get("torch")
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if torch is not None and threads and threads.isdigit():
+        torch.set_num_threads(int(threads))
+
+
+def torch_idempotent_init() -> None:
+    """Make `init_process_group` a no-op when a group of the same world already exists.
+
+    A cell written for torchrun calls it unconditionally; re-running that cell on warm
+    engines must not fail. A different world (size, rank, master) replaces the old group.
+    """
+    import torch.distributed as dist  # heavy: torch frameworks only
+
+    if getattr(dist.init_process_group, "_jupyter_dist", False):
+        return
+    original = dist.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        want = _wanted_world(args, kwargs)
+        if dist.is_initialized():
+            if _state["world"] == want:
+                return None
+            dist.destroy_process_group()
+        if want[0] == "nccl" or os.environ.get("JUPYTER_DIST_BACKEND") == "nccl":
+            cuda_set_device()
+        result = original(*args, **kwargs)
+        _state["world"] = want
+        return result
+
+    init_process_group._jupyter_dist = True  # type: ignore[attr-defined]
+    init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
+    init_process_group.__doc__ = original.__doc__
+    dist.init_process_group = init_process_group
+    add_hook(END_OF_CELL, torch_group_gone)
+
+
+def torch_group_gone() -> tuple[str, Any] | None:
+    """End-of-cell hook: tell the notebook when the cell destroyed the group it had made.
+
+    A cell written for torchrun ends with `destroy_process_group()`. Run again on the same
+    warm engines with the same MASTER_PORT, the new group's first collective hung (see
+    docs/reliability.md); with a new port it does not. The notebook takes a new master port
+    for the next run when it gets `GROUP_GONE`.
+    """
+    if _state["world"] is None:
+        return None
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return None
+    forget_world()
+    return GROUP_GONE, True
+
+
+def forget_world() -> None:
+    """The group this engine made is gone (destroyed here or by a fault handler)."""
+    _state["world"] = None
+
+
+def _wanted_world(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    backend = kwargs.get("backend", args[0] if args else None)
+    env = os.environ
+    return (
+        str(backend).lower() if backend is not None else None,
+        kwargs.get("world_size", env.get("WORLD_SIZE")),
+        kwargs.get("rank", env.get("RANK")),
+        env.get("MASTER_ADDR"),
+        env.get("MASTER_PORT"),
+        kwargs.get("init_method"),
+    )

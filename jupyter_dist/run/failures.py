@@ -1,0 +1,175 @@
+"""Failures as data: a record per rank that failed, the first by time named, and the report.
+
+As torch elastic's `ChildFailedError` does, a run that fails names the rank that failed first
+(by the time the kernel saw it) and shows what the others were doing. The runner collects the
+records (and what the rank, its crash file or the launcher said about a dead engine); these pure
+functions order them and word the error the notebook shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from jupyter_dist.errors import RankFailure, RunTimeout
+from jupyter_dist.plan.layout import RankPlace
+
+# exception: the cell raised; exit: the rank ended its process with a code (os._exit);
+# death: its engine process ended with no word (a signal, the OOM killer, a crash);
+# timeout: still running when --timeout passed
+What = Literal["exception", "exit", "death", "timeout"]
+
+NO_EXIT_CODE = "its engine process ended with no exit code: a signal such as SIGKILL, or the OOM killer"
+OTHERS_SHOWN = 8  # lines of the traceback shown for each rank that failed after the first
+CRASH_PREFIX = "Fatal Python error: "
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One rank's failure."""
+
+    place: RankPlace
+    what: What
+    when: float  # time.monotonic() when the kernel saw it: orders the failures
+    error: str = ""  # "ValueError: boom": what was raised, in one line
+    traceback: tuple[str, ...] = ()  # the rendered traceback (exception), the Python stack (timeout)
+    exit_code: int | None = None  # the code the rank gave os._exit (exit)
+    note: str | None = None  # how its process ended, as the rank, its crash file or the launcher told
+
+    @property
+    def rank(self) -> int:
+        return self.place.rank
+
+    @property
+    def died(self) -> bool:
+        return self.what in ("exit", "death")
+
+    @property
+    def where(self) -> str:
+        p = self.place
+        return f"rank {p.rank} (node {p.node}, local rank {p.local_rank})"
+
+
+# -- the errors ipyparallel hands back ------------------------------------------------------
+
+def is_engine_death(err: Any) -> bool:
+    """ipyparallel's `EngineError`: the engine process went away while it ran the cell."""
+    return getattr(err, "ename", None) == "EngineError" or type(err).__name__ == "EngineError"
+
+
+def error_name(err: Any) -> str:
+    ename = getattr(err, "ename", None) or type(err).__name__
+    evalue = getattr(err, "evalue", None) or str(err)
+    return f"{ename}: {evalue}"
+
+
+def render_error(err: Any) -> list[str]:
+    """A rank's traceback as IPython renders it (a `RemoteError`), else its one-line name."""
+    render = getattr(err, "render_traceback", None)
+    if render is not None:
+        with contextlib.suppress(Exception):
+            return list(render())
+    return [error_name(err)]
+
+
+# -- records ------------------------------------------------------------------------------
+
+def from_error(place: RankPlace, err: Any, when: float, exit_code: int | None = None) -> Failure:
+    """The record of a rank whose cell ended with `err` (raised, or its engine's death)."""
+    if is_engine_death(err):
+        return Failure(place, "death" if exit_code is None else "exit", when, error_name(err), exit_code=exit_code)
+    return Failure(place, "exception", when, error_name(err), tuple(render_error(err)))
+
+
+def stalled(place: RankPlace, when: float, stack: str) -> Failure:
+    """A rank still running at the deadline, with its Python stack."""
+    return Failure(place, "timeout", when, traceback=tuple(stack.splitlines()))
+
+
+def local_notes(failures: Iterable[Failure], crashes: Mapping[int, str]) -> dict[int, str]:
+    """How dead ranks ended, from what this side knows: the exit code a rank announced, else the
+    first line faulthandler wrote to its crash file (`crashes`, by rank)."""
+    notes: dict[int, str] = {}
+    for f in failures:
+        if not f.died:
+            continue
+        if f.exit_code is not None:
+            notes[f.rank] = f"exited with code {f.exit_code}"
+        elif crash := crashes.get(f.rank, "").strip():
+            notes[f.rank] = f"crashed: {crash.splitlines()[0].removeprefix(CRASH_PREFIX)}"
+    return notes
+
+
+def with_notes(failures: Iterable[Failure], notes: Mapping[int, str]) -> list[Failure]:
+    """The records with the launcher's (or the ranks') notes on how their processes ended."""
+    return [replace(f, note=notes[f.rank]) if f.rank in notes else f for f in failures]
+
+
+def in_order(failures: Iterable[Failure]) -> list[Failure]:
+    """The first failure, then the others by time.
+
+    The first is the earliest; but when that is an engine death, the earliest rank with a note
+    on how it ended comes first: mpiexec ends the whole job when one rank dies, and the rank it
+    names is the one that died, the others were stopped with it."""
+    ordered = sorted(failures, key=lambda f: f.when)
+    if not ordered:
+        return []
+    first = ordered[0]
+    if first.died:
+        first = next((f for f in ordered if f.note), first)
+    return [first, *(f for f in ordered if f is not first)]
+
+
+# -- what the notebook shows --------------------------------------------------------------
+
+def report_lines(order: list[Failure], finished: Iterable[int]) -> list[str]:
+    """The error's report: the first failure in full, what each other rank was doing, who finished."""
+    first = order[0]
+    lines: list[str] = []
+    for f in order:
+        if f is first:
+            lines.append(f"--- {f.where} failed first:")
+            if f.died:
+                lines.append(f"its engine process {f.note or 'ended with no exit code'}")
+            else:
+                lines.extend(f.traceback)
+        elif f.died:
+            lines.append(f"--- {f.where}: its engine was stopped too (mpiexec ends the whole job when one rank dies)")
+        else:
+            lines.append(f"--- {f.where} failed after it (was it waiting for rank {first.rank}?):")
+            lines.extend(f.traceback[-OTHERS_SHOWN:])
+    done = list(finished)
+    if done:
+        lines.append("--- finished normally: rank " + ", ".join(str(r) for r in done))
+    if any(f.died for f in order):
+        lines.append("--- the next run restarts the cluster; variables on the ranks are lost")
+    return lines
+
+
+def summary(order: list[Failure]) -> str:
+    """'rank 2 failed first (ValueError: bad shard); failed ranks: 2, 0'."""
+    first = order[0]
+    cause = first.note or (NO_EXIT_CODE if first.died else first.error)
+    verb = "died" if first.died else "failed first"
+    return f"rank {first.rank} {verb} ({cause}); failed ranks: " + ", ".join(str(f.rank) for f in order)
+
+
+def rank_failure(failures: Iterable[Failure], finished: Iterable[int]) -> RankFailure:
+    """The error a run with failed ranks raises; `finished`: the ranks that ended normally."""
+    order = in_order(failures)
+    if not order:
+        raise ValueError("a rank failure needs at least one failed rank")
+    return RankFailure(summary(order), report_lines(order, finished), [f.rank for f in order])
+
+
+def run_timeout(timeout: float, pending: Iterable[Failure]) -> RunTimeout:
+    """The error a run that outlasted --timeout raises, with each running rank's stack."""
+    stalled_ranks = list(pending)
+    lines: list[str] = []
+    for f in stalled_ranks:
+        lines.append(f"--- rank {f.rank} was still running; its Python stack:")
+        lines.extend(f.traceback)
+    ranks = ", ".join(str(f.rank) for f in stalled_ranks)
+    return RunTimeout(f"the run passed --timeout {timeout:g} s; still running: rank(s) {ranks}", lines)
