@@ -46,21 +46,11 @@ def distrun(shell, capsys):
     return run
 
 
-PLUGINS = Path(__file__).resolve().parent / "plugins"
-
 
 @pytest.fixture
-def rpc_framework(tmp_path, monkeypatch):
-    """The ninth framework of docs/architecture.md (tests/plugins/jd_rpc_framework.py), registered as a
-    third-party package registers one: an installed distribution with a `jupyter_dist.frameworks` entry point."""
-    from jupyter_dist import frameworks
+def rpc_framework(monkeypatch):
+    """The ninth framework of docs/architecture.md, installed with its entry point for the test."""
+    from plugin_framework import plugin_registered
 
-    dist = tmp_path / "jd_rpc_framework-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: jd-rpc-framework\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[jupyter_dist.frameworks]\nrpc = jd_rpc_framework:PyTorchRpc\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    frameworks.registry.cache_clear()
-    yield frameworks.get("rpc")
-    frameworks.registry.cache_clear()
+    with plugin_registered(monkeypatch) as fw:
+        yield fw

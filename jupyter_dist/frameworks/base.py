@@ -48,6 +48,10 @@ class Framework:
     def check(self, ctx: RunContext) -> None:
         """Raise UsageError (one sentence naming the flag) when the run cannot work."""
 
+    def before_start(self, ctx: RunContext) -> tuple[str, ...]:
+        """One-line notes the user reads before the run starts (a first run that compiles, say)."""
+        return ()
+
     def cell_ranks(self, ctx: RunContext) -> tuple[int, ...]:
         """Ranks that execute the cell (all, unless some only serve, as TF parameter servers)."""
         return tuple(range(ctx.layout.world_size))

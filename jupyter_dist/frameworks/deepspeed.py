@@ -69,10 +69,8 @@ class DeepSpeed(Framework):
     def rank_env(self, ctx: RunContext, rank: int) -> dict[str, str]:
         return {**torch_rank_env(ctx, rank), **launcher_local_env(ctx, rank), **accelerator_env(ctx)}
 
-    def check(self, ctx: RunContext) -> None:
+    def before_start(self, ctx: RunContext) -> tuple[str, ...]:
         if accelerator_env(ctx) and ctx.layout.all_local and not shm_op_built(extensions_root(ctx.spec.user_env)):
-            print(
-                f"jupyter-dist: DeepSpeed builds its CPU communication op ({SHM_OP}) on this first run; "
-                "init_distributed() takes a minute or two while it compiles, once.",
-                flush=True,
-            )
+            return (f"DeepSpeed builds its CPU communication op ({SHM_OP}) on this first run; "
+                    "init_distributed() takes a minute or two while it compiles, once.",)
+        return ()

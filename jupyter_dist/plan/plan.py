@@ -56,6 +56,7 @@ class Plan:
     ports: Ports
     envs: dict[int, dict[str, str]] = field(default_factory=dict)  # empty above `env_limit` ranks
     notes: tuple[str, ...] = ()  # one-line notes for the user (the backend `auto` chose, ...)
+    before_start: tuple[str, ...] = ()  # the framework's notes, said before anything starts
 
     @property
     def context(self) -> RunContext:
@@ -94,15 +95,17 @@ def plan(
     notes = (note,) if note else ()
     ctx = RunContext(spec, layout, backend, inherited=inherited)
     fw.check(ctx)
+    before_start = fw.before_start(ctx)
+    all_local = layout.all_local  # a property that reads every host: once, not once per node
     fabric = {
         n: fabric_env(nodes[n], backend=backend, ib=spec.ib, nccl_debug=spec.nccl_debug,
-                      master_addr=layout.master_addr, all_local=layout.all_local)
+                      master_addr=layout.master_addr, all_local=all_local)
         for n in range(layout.nodes)
     }
     envs: dict[int, dict[str, str]] = {}
     if env_limit is None or layout.world_size <= env_limit:
         envs = rank_environments(ctx, fw, fabric)
-    return Plan(spec, fw, layout, backend, ports, envs, notes)
+    return Plan(spec, fw, layout, backend, ports, envs, notes, before_start)
 
 
 def install_problem(fw: Framework) -> str | None:

@@ -7,8 +7,6 @@ input never touches the warm cluster. The sinks and the charts are views, handed
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -126,6 +124,8 @@ class DistSession:
         if spec.master_port is not None and spec.master_port != self.cluster.master_port and port_in_use(spec.master_port):
             raise UsageError(f"--master-port {spec.master_port} is already in use on this host: choose another or leave it out.")
         check_shape(self.shape_of(spec), fw.family)
+        for note in checked.before_start:
+            say(note)
         return Prepared(spec, checked, list(checked.notes))
 
     # -- the run ----------------------------------------------------------------------
@@ -176,12 +176,11 @@ class DistSession:
     def _engine_plan(self, p: Prepared) -> Plan:
         """The run's plan on the engines: their ports; on other hosts each node's address as the others
         reach it and its own fabric; the environment they inherited. The backend stays the one the
-        checks in `prepare` chose, and what the checks print was said there already."""
+        checks in `prepare` chose (this host's GPUs), and its notes were said there."""
         c = self.cluster
         nodes = c.node_fabrics if c.node_addrs else self.local_node()
-        with contextlib.redirect_stdout(io.StringIO()):  # a framework's one-time note (deepspeed's build)
-            return plan(replace(p.spec, backend=p.backend), nodes, ports=self._ports(p.spec),
-                        addrs=c.node_addrs, inherited=c.inherited_env)
+        return plan(replace(p.spec, backend=p.backend), nodes, ports=self._ports(p.spec),
+                    addrs=c.node_addrs, inherited=c.inherited_env)
 
     def _plan_key(self, spec: RunSpec) -> tuple[Any, ...]:
         """What a prepared run depends on besides the cell: the engines (their ports are chosen

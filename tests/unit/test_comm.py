@@ -80,11 +80,11 @@ def test_a_framework_added_through_the_entry_point_is_offered_and_accepted(hub, 
         hub.add_session("a", session)
         hub.follow_store()
         welcome = comm.welcome()
-        assert "jax" in welcome["frameworks"] and welcome["framework_titles"]["jax"] == "JAX (jax.distributed)"
-        session.handle({"type": "set_defaults", "defaults": {"framework": "jax"}})
-        assert store.value.framework == "jax" and sent[-1]["defaults"]["framework"] == "jax"
+        assert "rpc" in welcome["frameworks"] and welcome["framework_titles"]["rpc"] == "PyTorch RPC"
+        session.handle({"type": "set_defaults", "defaults": {"framework": "rpc"}})
+        assert store.value.framework == "rpc" and sent[-1]["defaults"]["framework"] == "rpc"
     session.handle({"type": "set_defaults", "defaults": {"framework": "horovod"}})
-    session.handle({"type": "set_defaults", "defaults": {"framework": "jax"}})  # uninstalled again
+    session.handle({"type": "set_defaults", "defaults": {"framework": "rpc"}})  # uninstalled again
     assert sent[-1]["type"] == "error" and "framework must be one of" in sent[-1]["message"]
     assert store.value.framework == "horovod"
 
@@ -145,7 +145,7 @@ def test_requests_before_hello_are_refused(hub):
         {"type": "set_defaults"},
         {"type": "set_defaults", "defaults": []},
         {"type": "set_defaults", "defaults": {"color": "red"}},
-        {"type": "set_defaults", "defaults": {"framework": "jax"}},
+        {"type": "set_defaults", "defaults": {"framework": "rpc"}},
         {"type": "set_defaults", "defaults": {"framework": 1}},
         {"type": "set_defaults", "defaults": {"nodes": "2"}},
         {"type": "set_defaults", "defaults": {"nodes": 0}},

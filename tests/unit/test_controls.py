@@ -20,12 +20,12 @@ def test_framework_choices_are_the_registry_with_titles():
 
 def test_a_framework_added_through_the_entry_point_can_be_chosen(monkeypatch):
     with pytest.raises(InvalidValue, match="framework must be one of"):
-        check_defaults({"framework": "jax"})
+        check_defaults({"framework": "rpc"})
     with plugin_registered(monkeypatch):
-        assert ("jax", "JAX (jax.distributed)") in framework_choices()
-        assert check_defaults({"framework": "jax"}) == {"framework": "jax"}
+        assert ("rpc", "PyTorch RPC") in framework_choices()
+        assert check_defaults({"framework": "rpc"}) == {"framework": "rpc"}
     with pytest.raises(InvalidValue):
-        check_defaults({"framework": "jax"})
+        check_defaults({"framework": "rpc"})
 
 
 def test_values_are_cleaned_by_the_flags_checks():

@@ -133,18 +133,17 @@ def test_launcher_local_rank_follows_the_layout(name):
     assert "OMPI_COMM_WORLD_LOCAL_RANK" not in envs_of(f"-f {name}", 2, 2)[0]
 
 
-def test_deepspeed_build_note(tmp_path, monkeypatch, capsys):
+def test_deepspeed_build_note(tmp_path, monkeypatch):
     from jupyter_dist.frameworks.deepspeed import shm_op_built
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    frameworks.get("deepspeed").check(context("-f deepspeed", 1, 2))
-    assert "DeepSpeed builds its CPU communication op" in capsys.readouterr().out
+    (note,) = frameworks.get("deepspeed").before_start(context("-f deepspeed", 1, 2))
+    assert note.startswith("DeepSpeed builds its CPU communication op")
     so = tmp_path / f"py{sys.version_info.major}{sys.version_info.minor}_cpu" / "deepspeed_shm_comm"
     so.mkdir(parents=True)
     (so / "deepspeed_shm_comm.so").write_text("")
     assert shm_op_built()
-    frameworks.get("deepspeed").check(context("-f deepspeed", 1, 2))
-    assert capsys.readouterr().out == ""
+    assert frameworks.get("deepspeed").before_start(context("-f deepspeed", 1, 2)) == ()
 
 
 def test_lightning_layout_check(monkeypatch):

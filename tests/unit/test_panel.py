@@ -180,11 +180,11 @@ def test_framework_dropdown_offers_the_registry(session: DistSession, monkeypatc
     with plugin_registered(monkeypatch):
         p = Panel(session, FakeControl(), mpiexec_found=True)
         try:
-            assert ("JAX (jax.distributed)", "jax") in p.framework.options
+            assert ("PyTorch RPC", "rpc") in p.framework.options
             assert p.framework.options[0] == ("PyTorch DDP", "pytorch")
-            p.framework.value = "jax"
-            assert session.store.value.framework == "jax"
-            assert p.preview.envs[0]["JAX_PROCESS_ID"] == "0"
+            p.framework.value = "rpc"
+            assert session.store.value.framework == "rpc"
+            assert p.preview.envs[0]["RPC_WORKER_NAME"] == "worker0"
         finally:
             p.close()
 

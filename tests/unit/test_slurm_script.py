@@ -13,12 +13,12 @@ from jupyter_dist.cluster.launchers.slurm import (
     ENGINE_WRAPPER,
     JOB_ID_VAR,
     OPTIONS_VAR,
-    JupyterDistSlurmLauncher,
     SlurmJob,
     batch_template,
     engine_env,
     job_controller_ip,
     job_from,
+    slurm_engine_launcher,
 )
 from jupyter_dist.cluster.shape import ClusterShape
 
@@ -27,7 +27,7 @@ def written_script(job: SlurmJob, tmp_path, n: int, mpiexec: str = "/opt/my env/
     """The job script exactly as ipyparallel's Slurm launcher writes it before `sbatch`."""
     profile = tmp_path / "profile"
     profile.mkdir(exist_ok=True)
-    launcher = JupyterDistSlurmLauncher(work_dir=".", profile_dir=str(profile), cluster_id="jd-1-abc",
+    launcher = slurm_engine_launcher()(work_dir=".", profile_dir=str(profile), cluster_id="jd-1-abc",
                                         batch_template=batch_template(job, mpiexec))
     launcher.write_batch_script(n)
     assert launcher.batch_file == str(profile / "slurm_engine.sbatch")  # never in the notebook's folder

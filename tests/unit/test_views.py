@@ -9,13 +9,13 @@ import pytest
 
 from jupyter_dist.engine.metrics import LINE_PREFIX
 from jupyter_dist.plan.layout import RankPlace
-from jupyter_dist.run.metrics_store import MetricsStore, ScalingPoint, scaling_result
 from jupyter_dist.run.display import PlainDisplay
+from jupyter_dist.run.metrics_store import MetricsStore, ScalingPoint, scaling_result
 from jupyter_dist.run.output import LineBuffer, RankLogs, TextSink, settle
 from jupyter_dist.views import charts, live_output, ranks
 from jupyter_dist.views.live_output import LiveTextSink
-from jupyter_dist.views.run_display import NOTEBOOK
 from jupyter_dist.views.ranks import ALL, OutputModel, render_html
+from jupyter_dist.views.run_display import NOTEBOOK
 
 CR_COLLAPSE = re.compile(r".*\r(?=[^\n])")  # what ipyparallel does to the text it accumulates
 

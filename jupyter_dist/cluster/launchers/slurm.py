@@ -15,6 +15,7 @@ before it starts (after `mpiexec` has read the allocation); the job id stays vis
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import os
 import shlex
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
 from IPython.core.error import UsageError
 from traitlets import default
 
@@ -126,61 +126,69 @@ def engine_env(job: SlurmJob, base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-class JupyterDistSlurmLauncher(SlurmEngineSetLauncher):
-    """ipyparallel's Slurm engine launcher, with `sbatch`'s own error message and the job's end noticed.
+@functools.cache
+def slurm_engine_launcher() -> type:
+    """ipyparallel's Slurm engine launcher, subclassed on first use: ipyparallel loads in about 0.1 s,
+    which `%load_ext` should not pay for a launcher most kernels never use."""
+    from ipyparallel.cluster.launcher import SlurmEngineSetLauncher  # heavy: on the first Slurm run
 
-    The engines run under MPI (`ipengine --mpi`), so each reports its MPI rank.
-    """
+    class JupyterDistSlurmLauncher(SlurmEngineSetLauncher):
+        """ipyparallel's Slurm engine launcher, with `sbatch`'s own error message and the job's end noticed.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # the job script beside the engine log in the (owner-only) profile, not in the notebook's folder
-        self.batch_file = os.path.join(self.profile_dir, self.batch_file_name)
-
-    @default("program")
-    def _default_program(self) -> list[str]:
-        return [*self.engine_cmd, "--mpi"]
-
-    def _run_command(self, command: list[str], **kwargs: Any) -> str:
-        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False, **kwargs)
-        if done.returncode != 0:
-            said = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
-            raise RuntimeError(f"{command[0]} failed: {said}")
-        return done.stdout
-
-    def start(self, n: int = 1) -> str:
-        job_id = super().start(n)
-        threading.Thread(target=self._watch, args=(job_id,), daemon=True, name=f"slurm-job-{job_id}").start()
-        return job_id
-
-    def _watch(self, job_id: str) -> None:
-        """Mark the engine set stopped once the job has ended (the cluster then stops waiting).
-
-        Every second while the engines start, then every 30 s, to spare slurmctld.
+        The engines run under MPI (`ipengine --mpi`), so each reports its MPI rank.
         """
-        t0 = time.monotonic()
-        while self.state == "running":
-            time.sleep(1.0 if time.monotonic() - t0 < 300 else 30.0)
-            state = job_state(job_id)
-            if state is not None and state.split()[0] in _ENDED:
-                self._job_state = state
-                self.notify_stop({"job_id": job_id, "state": state, "exit_code": 0 if state == "COMPLETED" else 1})
-                return
 
-    def get_output(self, remove: bool = False) -> str:
-        """The job's output file as it is now (read afresh each time, never removed: it is the engine log)."""
-        out = ""
-        with contextlib.suppress(OSError), open(self.output_file, errors="replace") as f:
-            out = f.read()
-        state = getattr(self, "_job_state", None) or (job_state(self.job_id) if self.job_id else None)
-        if state:
-            out += f"\n[slurm job {self.job_id}: {state}]\n"
-        return out
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # the job script beside the engine log in the (owner-only) profile, not in the notebook's folder
+            self.batch_file = os.path.join(self.profile_dir, self.batch_file_name)
 
-    def stop(self) -> str:
-        if not self.job_id or self.state == "after":
-            return ""
-        return super().stop()
+        @default("program")
+        def _default_program(self) -> list[str]:
+            return [*self.engine_cmd, "--mpi"]
+
+        def _run_command(self, command: list[str], **kwargs: Any) -> str:
+            done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False, **kwargs)
+            if done.returncode != 0:
+                said = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+                raise RuntimeError(f"{command[0]} failed: {said}")
+            return done.stdout
+
+        def start(self, n: int = 1) -> str:
+            job_id = super().start(n)
+            threading.Thread(target=self._watch, args=(job_id,), daemon=True, name=f"slurm-job-{job_id}").start()
+            return job_id
+
+        def _watch(self, job_id: str) -> None:
+            """Mark the engine set stopped once the job has ended (the cluster then stops waiting).
+
+            Every second while the engines start, then every 30 s, to spare slurmctld.
+            """
+            t0 = time.monotonic()
+            while self.state == "running":
+                time.sleep(1.0 if time.monotonic() - t0 < 300 else 30.0)
+                state = job_state(job_id)
+                if state is not None and state.split()[0] in _ENDED:
+                    self._job_state = state
+                    self.notify_stop({"job_id": job_id, "state": state, "exit_code": 0 if state == "COMPLETED" else 1})
+                    return
+
+        def get_output(self, remove: bool = False) -> str:
+            """The job's output file as it is now (read afresh each time, never removed: it is the engine log)."""
+            out = ""
+            with contextlib.suppress(OSError), open(self.output_file, errors="replace") as f:
+                out = f.read()
+            state = getattr(self, "_job_state", None) or (job_state(self.job_id) if self.job_id else None)
+            if state:
+                out += f"\n[slurm job {self.job_id}: {state}]\n"
+            return out
+
+        def stop(self) -> str:
+            if not self.job_id or self.state == "after":
+                return ""
+            return super().stop()
+
+    return JupyterDistSlurmLauncher
 
 
 def job_state(job_id: str) -> str | None:
@@ -244,7 +252,7 @@ class SlurmLauncher(MpiLauncher):
     """The engines as one Slurm job: one MPI world, mapped by MPI rank as under `--launcher mpi`."""
 
     name = "slurm"
-    engines = "local"  # replaced by `JupyterDistSlurmLauncher` in `configure`
+    engines = "local"  # replaced by `slurm_engine_launcher()` in `configure`
 
     def job(self) -> SlurmJob:
         """The shape's Slurm job; its options are checked on the way."""
@@ -264,7 +272,7 @@ class SlurmLauncher(MpiLauncher):
         env, notes = self.mpi_env()
         mpiexec = require_mpiexec()
         job = self.job()
-        cluster.engine_launcher_class = JupyterDistSlurmLauncher
+        cluster.engine_launcher_class = slurm_engine_launcher()
         cluster.controller_ip = job_controller_ip(job)
         cfg = cluster.config.JupyterDistSlurmLauncher
         cfg.batch_template = batch_template(job, mpiexec)
