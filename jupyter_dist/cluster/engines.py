@@ -20,6 +20,7 @@ from typing import Any
 
 from jupyter_dist.cluster import hosts as hostmod
 from jupyter_dist.cluster import watchdog
+from jupyter_dist.cluster.agents import AgentAddress, RankAgents
 from jupyter_dist.cluster.launch_session import in_this_session
 from jupyter_dist.cluster.launchers import Launcher, launcher_for
 from jupyter_dist.cluster.processes import (
@@ -77,6 +78,7 @@ class EngineCluster:
     node_addrs: tuple[str, ...] = ()
     node_fabrics: tuple[Any, ...] = ()
     controller_ip: str = "127.0.0.1"
+    agents: RankAgents = field(default_factory=RankAgents)  # each rank's agent: answers while a cell runs
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -258,8 +260,13 @@ class EngineCluster:
                    for eid, info in zip(ids, infos, strict=True)}
         self.engines = [by_rank[r] for r in range(world_size)]
         self.inherited_env = frozenset(infos[0]["env_keys"])
-        for e in self.engines:
-            client[e.engine_id].apply_sync(engine_side.assign_rank, e.rank, self.stack_dir)
+        self.agents = RankAgents()
+        pending = {e.rank: client[e.engine_id].apply_async(engine_side.assign_rank, e.rank, self.stack_dir,
+                                                            self.agents.token, self.controller_ip)
+                   for e in self.engines}
+        for rank, ar in pending.items():
+            host, port = ar.get()
+            self.agents.addresses[rank] = AgentAddress(host, port)
 
     @property
     def stack_dir(self) -> str:
@@ -313,6 +320,7 @@ class EngineCluster:
         self.controller_ip = "127.0.0.1"
         self.shape = None
         self.engines = []
+        self.agents = RankAgents()
         self._engines_changed()
         self.busy = False
         self.state = "stopped"

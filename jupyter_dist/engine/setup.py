@@ -18,7 +18,8 @@ from typing import Any
 from IPython import get_ipython
 
 from jupyter_dist.common.channel import EXIT, ExitData
-from jupyter_dist.engine import cells
+from jupyter_dist.common.hosts import source_address
+from jupyter_dist.engine import agent, cells, stacks
 from jupyter_dist.engine.faults import arm_stack_files
 from jupyter_dist.engine.publish import publish
 from jupyter_dist.engine.torch_hooks import sync_torch_threads
@@ -89,12 +90,15 @@ def setup(envs_by_rank: dict[int, dict[str, str]], hooks: tuple[Callable[[], Non
     return {"rank": rank, "pid": os.getpid()}
 
 
-def assign_rank(rank: int, stack_dir: str) -> None:
-    """Take `rank`: watch its cells, flush its output before it dies, and arm its stack files."""
+def assign_rank(rank: int, stack_dir: str, agent_token: str, controller_ip: str) -> tuple[str, int]:
+    """Take `rank`: watch its cells, flush its output before it dies, arm its stack files, and start
+    its agent where the controller reaches this engine; returns the agent's address."""
     _state["rank"] = rank
     cells.watch(get_ipython())
     _flush_before_dying()
     arm_stack_files(stack_dir, rank)
+    stacks.register()
+    return agent.start(agent_token, source_address(controller_ip))
 
 
 def _flush_before_dying() -> None:

@@ -50,7 +50,7 @@ def group(answers: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[RankGroup]
     frames_of: dict[tuple[tuple[Any, ...], ...], tuple[tuple[Any, ...], ...]] = {}
     for rank in sorted(answers):
         frames = main_frames(answers[rank])
-        key = tuple((f[0], f[1], f[2]) for f in frames)
+        key = tuple((short_file(f[0]), f[1], f[2]) for f in frames)  # each engine names its cells' files
         by_place.setdefault(key, []).append(rank)
         frames_of.setdefault(key, frames)
     groups = [RankGroup(tuple(ranks), frames_of[key]) for key, ranks in by_place.items()]

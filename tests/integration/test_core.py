@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import textwrap
+import threading
+import time
 
 import pytest
 from cells import ddp_cell
 
 import jupyter_dist
 from jupyter_dist.errors import RankFailure
+from jupyter_dist.run.stacks import group
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
 
@@ -235,3 +238,26 @@ def test_a_cell_that_destroys_its_group_runs_again(distrun, shell):
     assert all(bool((x == p[0]).all()) for x in p)
     third = distrun("-f pytorch -N 2 -n 2 --timeout 90", DDP_CELL)  # and a cell that keeps its group
     assert "trained rank=3 world=4" in third.out
+
+
+def test_every_rank_answers_with_its_stack_while_the_cell_runs(distrun, shell):
+    """The ranks' agents answer from their own thread: the cell's main thread is busy meanwhile."""
+    cluster = jupyter_dist.get_session().cluster
+    got = {}
+
+    def ask() -> None:
+        time.sleep(2.0)
+        t0 = time.monotonic()
+        got["answers"] = cluster.agents.ask("stacks", timeout=3)
+        got["took"] = time.monotonic() - t0
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    distrun("-f pytorch -N 2 -n 2", "import time\ndef waiting():\n    time.sleep(5)\nwaiting()")
+    asker.join()
+    answers = got["answers"]
+    print(f"stacks of 4 ranks while the cell ran: {got['took']:.3f} s")
+    assert answers.missing == {}
+    groups = group(answers.results)
+    assert [g.ranks for g in groups] == [(0, 1, 2, 3)]
+    assert groups[0].where == "time.sleep at <cell>:3", groups[0].frames
