@@ -8,6 +8,7 @@ serves the module's runs while the layout stays the same (warm engines across no
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import textwrap
@@ -130,6 +131,8 @@ def test_a_rank_failing_on_node_1(nshell, distrun, nodes):
     with pytest.raises(RankFailure) as err:
         distrun(f"{FLAGS} -f pytorch", "import os\nif os.environ['RANK'] == '3':\n    raise ValueError('bad shard on node 1')\n")
     assert "rank 3" in str(err.value) and "bad shard on node 1" in str(err.value)
+    report = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(err.value.report))  # IPython's colours
+    assert "Traceback" in report and "ValueError: bad shard on node 1" in report, report  # its traceback
     # the next run's master port is chosen free on node 0, where the store listens
     distrun(f"{FLAGS} -f pytorch -o after", "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
                                             "after = (os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']))")
@@ -147,9 +150,27 @@ def test_torchrun_across_two_nodes(nshell, distrun, nodes):
         t = torch.tensor([float(dist.get_rank() + 1)])
         dist.all_reduce(t)
         print(f"TR rank={dist.get_rank()} host={socket.gethostname()} master={os.environ['MASTER_ADDR']} sum={t.item():g}")
+        dist.destroy_process_group()  # workers that exit with the group alive can abort in gloo's teardown
         """))
     for r in range(4):
         assert f"TR rank={r} host={nodes.names[r // 2]} master={nodes.addrs[0]} sum=10" in out.out, out.out
+
+
+def test_timeout_stacks_from_both_nodes(nshell, distrun, nodes, capsys):
+    from jupyter_dist.errors import RunTimeout
+    from jupyter_dist.plan.defaults import STORE
+
+    cell = "import os, time\ndef wait_here():\n    time.sleep(600)\nif os.environ['NODE_RANK'] == '1':\n    wait_here()\n"
+    capsys.readouterr()
+    with pytest.raises(RunTimeout) as err:
+        nshell.run_cell_magic("distrun", f"{FLAGS} -f pytorch --timeout 5", cell)
+    STORE.update(timeout=None)  # --timeout is remembered like every flag
+    capsys.readouterr()
+    shown = "\n".join(err.value.report)
+    # the stacks of the hung ranks, both on node 1, reached the notebook
+    for r in (2, 3):
+        assert f"--- rank {r} was still running" in shown
+    assert shown.count("wait_here") >= 2, shown
 
 
 def test_exported_sbatch_job_runs_on_the_nodes(nshell, distrun, nodes, tmp_path):
