@@ -112,6 +112,8 @@ class EngineCluster:
     ) -> bool:
         """Start or reuse engines of `shape`; True when it (re)started them. `say` hears why."""
         if self.shape == shape and self.alive():
+            if not self.master_port and self.node_addrs:
+                self._master_port_on_node0()
             return False
         if self._client is not None:
             before = self.shape.describe() if self.shape is not None else "none"
@@ -150,6 +152,7 @@ class EngineCluster:
             shutdown_atexit=True,
         )
         self.notes = launcher.configure(cluster, profile_dir, controller_ip)
+        self.controller_ip = cluster.controller_ip  # a Slurm job's nodes reach this host elsewhere
         self._cluster = cluster
         self._launcher = launcher
         t0 = time.monotonic()
@@ -163,26 +166,26 @@ class EngineCluster:
             self._wait_for_engines(client, shape.world_size, t0, progress)
             self._client = client
             self._map_ranks(launcher)
-            if remote:
-                self._probe_nodes(shape, controller_ip)
+            if nodes := launcher.probed_nodes():
+                self._probe_nodes(nodes, self.controller_ip)
             self._write_pidfile()
             lock_down(profile_dir)
         except BaseException:
             self.stop()
             raise
         self.shape = shape
-        if not remote:  # else node 0's engine chose them where they are used (_probe_nodes)
+        if not self.node_addrs:  # else node 0's engine chose them where they are used (_probe_nodes)
             ports = free_ports(1 + shape.world_size)
             self.master_port, self.task_ports = ports[0], ports[1:]
         self._engines_changed()
         self.state = "idle"
         self._notify()
 
-    def _probe_nodes(self, shape: ClusterShape, controller_ip: str) -> None:
+    def _probe_nodes(self, nodes: int, controller_ip: str) -> None:
         """Each node's address (node 0's toward the controller, the others' toward node 0), its
         fabric as detected on it, and ports free there: asked of each node's first engine."""
-        ppn = shape.procs_per_host
-        leaders = [self.engines[n * ppn].engine_id for n in range(len(shape.hosts))]
+        ppn = len(self.engines) // nodes
+        leaders = [self.engines[n * ppn].engine_id for n in range(nodes)]
         first = self._client[leaders[0]].apply_sync(node_probe.node_view, controller_ip, None, ppn)
         master = first["addr"]
         rest = self._client[leaders[1:]].apply_async(node_probe.node_view, master, master, ppn) if leaders[1:] else None
@@ -234,7 +237,15 @@ class EngineCluster:
             return ""
 
     def rotate_master_port(self) -> None:
-        self.master_port = free_ports(1)[0]
+        """A new master port for the next run. Engines on other hosts: 0 until the next run asks
+        node 0 (`ensure`), where the port is used; its engine may still be busy now."""
+        self.master_port = 0 if self.node_addrs else free_ports(1)[0]
+
+    def _master_port_on_node0(self) -> None:
+        """A master port free on node 0's address, asked of node 0's first engine."""
+        taken = set(self.task_ports)
+        got = self._client[self.engines[0].engine_id].apply_sync(free_ports, 1 + len(taken), self.node_addrs[0])
+        self.master_port = next(p for p in got if p not in taken)
 
     def controller_ports(self) -> tuple[int, ...]:
         """Ports the controller listens on (engines' connections to them must never be cut)."""

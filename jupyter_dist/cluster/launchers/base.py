@@ -35,6 +35,11 @@ class Launcher(ABC):
         """Whether engines run on other hosts (then each node is probed for its address and ports)."""
         return False
 
+    def probed_nodes(self) -> int:
+        """How many nodes to ask, once the engines are up, for their address, fabric and free ports
+        (`engine.node_probe.node_view` on each node's first engine); 0: every node is this host."""
+        return len(self.shape.hosts) if self.remote else 0
+
     @abstractmethod
     def configure(self, cluster: Any, profile_dir: Path, controller_ip: str) -> list[str]:
         """Set up an unstarted `ipyparallel.Cluster`; returns what the user should be told."""

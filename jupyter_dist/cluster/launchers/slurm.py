@@ -207,16 +207,27 @@ def job_state(job_id: str) -> str | None:
     return None
 
 
-def node_names(partition: str | None = None) -> list[str]:
-    """The nodes Slurm may give a job (of `partition`, else of every partition)."""
-    cmd = ["sinfo", "-h", "-o", "%N"] + (["-p", partition] if partition else [])
-    listed = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout.split()
-    names: list[str] = []
-    for spec in listed:
-        out = subprocess.run(["scontrol", "show", "hostnames", spec], capture_output=True, text=True,
-                             timeout=20, check=True).stdout
-        names += out.split()
-    return names
+def node_addresses(partition: str | None = None) -> dict[str, str]:
+    """Each node Slurm may give a job (of `partition`, else of every partition) -> its `NodeAddr`,
+    the address slurmctld itself reaches it at (a node name need not resolve on the login host)."""
+    cmd = ["sinfo", "-N", "-h", "-o", "%N %o"] + (["-p", partition] if partition else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout
+    nodes: dict[str, str] = {}
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) >= 2:
+            nodes[words[0]] = words[1]
+    return nodes
+
+
+def _node_ip(name: str, addr: str) -> str:
+    """The IPv4 address of a node's NodeAddr (an address, or a name this host resolves)."""
+    for candidate in (addr, name):
+        with contextlib.suppress(ValueError):
+            return str(ipaddress.ip_address(candidate))
+        with contextlib.suppress(OSError, UnicodeError):
+            return socket.gethostbyname(candidate)
+    raise OSError(f"neither {addr!r} nor {name!r} resolves here")
 
 
 def job_controller_ip(job: SlurmJob, environ: dict[str, str] | None = None) -> str:
@@ -228,13 +239,13 @@ def job_controller_ip(job: SlurmJob, environ: dict[str, str] | None = None) -> s
         return pick_controller_address({}, override)  # checked as for --hosts
     here = {socket.gethostname(), socket.gethostname().split(".")[0], socket.getfqdn(), "localhost"}
     try:
-        others = [n for n in node_names(dict(job.options).get("partition")) if n not in here]
+        others = {n: a for n, a in node_addresses(dict(job.options).get("partition")).items() if n not in here}
     except (OSError, subprocess.SubprocessError) as e:
         raise RuntimeError(f"--launcher slurm: could not list Slurm's nodes with sinfo ({e})") from None
     sources: dict[str, str] = {}
-    for node in others:
+    for node, addr in others.items():
         try:
-            sources[node] = source_address(socket.gethostbyname(node))
+            sources[node] = source_address(_node_ip(node, addr))
         except OSError as e:
             raise RuntimeError(f"--launcher slurm: no route from this host to Slurm node {node} ({e}); "
                                f"set {CONTROLLER_IP_VAR} to an address of this host the nodes reach.") from None
@@ -266,6 +277,11 @@ class SlurmLauncher(MpiLauncher):
     def remote(self) -> bool:
         return False  # Slurm places the nodes; `configure` picks the controller's address
 
+    def probed_nodes(self) -> int:
+        """A job over several nodes: each node's address, fabric and ports are asked of its engines."""
+        nodes = self.job().nodes
+        return nodes if nodes > 1 else 0
+
     def configure(self, cluster: Any, profile_dir: Path, controller_ip: str) -> list[str]:
         """The engine launcher becomes `JupyterDistSlurmLauncher`; the controller listens where the job's
         nodes reach this host, not on the loopback `controller_ip` the cluster was made with."""
@@ -274,6 +290,9 @@ class SlurmLauncher(MpiLauncher):
         job = self.job()
         cluster.engine_launcher_class = slurm_engine_launcher()
         cluster.controller_ip = job_controller_ip(job)
+        if not ipaddress.ip_address(cluster.controller_ip).is_loopback:
+            # one broadcast scheduler: its tree's inner links would listen on loopback
+            cluster.controller_args = [*cluster.controller_args, "--IPController.broadcast_scheduler_depth=0"]
         cfg = cluster.config.JupyterDistSlurmLauncher
         cfg.batch_template = batch_template(job, mpiexec)
         cfg.environment = engine_env(job, env)

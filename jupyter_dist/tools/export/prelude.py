@@ -48,6 +48,27 @@ def _jd_master():
     addr = e.get("MASTER_ADDR") or az.partition(":")[0] or e.get("AZ_BATCHAI_MPI_MASTER_NODE") or _JD["master_addr"]
     return addr, e.get("MASTER_PORT") or az.partition(":")[2] or str(_JD["master_port"])
 
+
+def _jd_ifname(addr):
+    """The interface of the most specific IPv4 route to `addr` (/proc/net/route), else None: Gloo
+    and NCCL otherwise bind to what the host name resolves to, loopback where it does not resolve."""
+    import socket
+    import struct
+    try:
+        target = struct.unpack("<I", socket.inet_aton(socket.gethostbyname(addr)))[0]
+        if target & 0xFF == 127:
+            return None
+        best = None
+        with open("/proc/net/route") as f:
+            for line in f.read().splitlines()[1:]:
+                w = line.split()
+                dest, mask = int(w[1], 16), int(w[7], 16)
+                if target & mask == dest and (best is None or mask > best[0]):
+                    best = (mask, w[0])
+        return best[1] if best else None
+    except (OSError, ValueError, IndexError):
+        return None
+
 '''
 
 PRELUDE_MPI_INIT = '''\
@@ -67,6 +88,10 @@ _jd_addr, _jd_port = _jd_master()
 for _jd_k, _jd_v in _JD["env"].items():  # the run's --env and the framework's constants
     _os.environ.setdefault(_jd_k, _jd_v)
 _os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (_os.cpu_count() or 1) // _jd_per_node)))
+_jd_if = _jd_ifname(_jd_addr)
+if _jd_if:  # the interface toward node 0, as the notebook's ranks got it
+    _os.environ.setdefault("GLOO_SOCKET_IFNAME", _jd_if)
+    _os.environ.setdefault("NCCL_SOCKET_IFNAME", _jd_if)
 '''
 
 PRELUDE_TORCH = '''\

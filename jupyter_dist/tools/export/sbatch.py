@@ -48,7 +48,9 @@ def sbatch_text(spec: RunSpec, script: str, family: str, master_port: int) -> st
 set -euo pipefail
 cd "${{SLURM_SUBMIT_DIR:-.}}"
 mapfile -t JD_NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
-export MASTER_ADDR="${{JD_NODES[0]}}"
+# node 0 at the address Slurm itself reaches it (a node name need not resolve on the nodes)
+JD_ADDR="$(scontrol show node "${{JD_NODES[0]}}" | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2 || true)"
+export MASTER_ADDR="${{JD_ADDR:-${{JD_NODES[0]}}}}"
 {shell_default("MASTER_PORT", master_port, export=True)}
 JUPYTER_DIST_HOSTS="$(IFS=,; echo "${{JD_NODES[*]}}")"
 export JUPYTER_DIST_HOSTS
