@@ -32,6 +32,7 @@ from jupyter_dist.plan.spec import RunSpec, remembered
 from jupyter_dist.run.display import PlainDisplay, RunDisplay
 from jupyter_dist.run.metrics_store import ScalingPoint, scaling_result, scaling_shape
 from jupyter_dist.run.output import OutputSink, TextSink
+from jupyter_dist.run.rank_report import RankReports
 from jupyter_dist.run.runner import Execution, Runner, RunOutcome
 
 
@@ -89,6 +90,7 @@ class DistSession:
     display: RunDisplay = field(default_factory=PlainDisplay)
     last: LastRun | None = None
     last_outcome: RunOutcome | None = None
+    reports: RankReports = field(default_factory=RankReports)  # stacks taken: %dist stacks shows the last
     _local_node: Any = None
     _mpiexec_found: bool | None = None
     _said: set[str] = field(default_factory=set)  # one-line notes already shown this session
@@ -339,6 +341,10 @@ class SessionControl:
     def restart(self) -> None:
         self.session.cluster.stop()
         self.start()
+
+    def stacks(self) -> str:
+        """What `%dist stacks` prints; safe on a kernel subshell while a cell runs (agents only)."""
+        return self.session.reports.text(self.session.cluster.agents)
 
 
 def check_compiles(code: str, shell: Any = None) -> None:
