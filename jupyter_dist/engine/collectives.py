@@ -54,6 +54,10 @@ def _recorded(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         _local.depth = 1
         try:
             result = fn(*args, **kwargs)
+        except BaseException as e:  # a collective that failed (timed out, aborted) is over, not in flight
+            record["error"] = type(e).__name__
+            _end(record)
+            raise
         finally:
             _local.depth = 0
         if kwargs.get("async_op") and result is not None:
@@ -70,8 +74,7 @@ def _recorded(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _begin(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    group = kwargs.get("group")
-    key = "default" if group is None else f"group {id(group):x}"
+    key = _group_key(kwargs.get("group"))
     tensors = _tensors(args, kwargs)
     with _lock:
         seq = _state["seq"].get(key, 0) + 1
@@ -80,6 +83,20 @@ def _begin(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, 
                   "thread": threading.get_ident()}
         _state["in_flight"][id(record)] = record
     return record
+
+
+def _group_key(group: Any) -> str:
+    """The same on every member rank: 'default', or the group's global ranks ('ranks 0,2')."""
+    if group is None:
+        return "default"
+    try:
+        import torch.distributed as dist  # loaded already: this runs inside one of its collectives
+
+        if group is dist.group.WORLD:
+            return "default"
+        return "ranks " + ",".join(str(r) for r in dist.get_process_group_ranks(group))
+    except Exception:  # noqa: BLE001 - a group torch cannot describe: this rank's own name for it
+        return f"group {id(group):x}"
 
 
 def _end(record: dict[str, Any]) -> None:

@@ -48,6 +48,18 @@ def test_collectives_are_numbered_with_their_sizes_and_nested_calls_are_not(grou
     assert collectives.snapshot()["done"] == []
 
 
+def test_a_subgroup_is_named_by_its_ranks_and_a_failed_collective_is_over(group):
+    torch, dist = group
+    collectives.reset()
+    dist.all_reduce(torch.ones(1), group=dist.new_group([0]))
+    with pytest.raises(Exception):  # noqa: B017, PT011 - torch's error type for a bad source rank varies
+        dist.broadcast(torch.ones(1), 7)
+    got = collectives.snapshot()
+    assert got["in_flight"] == []
+    assert [(r["op"], r["group"], r.get("error") is not None) for r in got["done"]] == [
+        ("all_reduce", "ranks 0", False), ("broadcast", "default", True)]
+
+
 def test_the_sampler_keeps_this_process_cpu_and_memory():
     resources.start(interval=0.05)
     deadline = time.monotonic() + 10
