@@ -88,7 +88,10 @@ class ResourceStore:
 
 
 class ResourcePoller:
-    """While a run goes (`with poller:`), the ranks' new samples into `store` once a second."""
+    """While a run goes (`with poller:`), the ranks' new samples into `store` once a second.
+
+    One thread per kernel serves every poller in turn (`_LOOP`): entering and leaving a run costs
+    setting an event, not starting and joining a thread, which a 15 ms warm cell would feel."""
 
     def __init__(self, agents: RankAgents, store: ResourceStore | None = None, interval: float = POLL_S,
                  on_update: Callable[[ResourceStore], None] | None = None) -> None:
@@ -96,8 +99,6 @@ class ResourcePoller:
         self.store = store if store is not None else ResourceStore()
         self.interval = interval
         self.on_update = on_update
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.started = 0.0  # samples from before the run (the engine keeps ten minutes) are not its
 
     def poll(self) -> None:
@@ -108,27 +109,58 @@ class ResourcePoller:
         since = max(self.started, min((self.store.since(r) for r in ranks), default=0.0))
         answers = self.agents.ask("resources", ranks, {"since": since}, timeout=self.interval)
         for rank, got in answers.results.items():
-            last = self.store.since(rank)
-            floor = max(last, self.started)
+            floor = max(self.store.since(rank), self.started)
             self.store.add(rank, [x for x in (got or {}).get("samples", []) if x.get("t", 0) > floor])
         if self.on_update is not None:
             self.on_update(self.store)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.poll()
-            except Exception:  # noqa: BLE001 - a missed poll must never stop the run
-                continue
-
     def __enter__(self) -> ResourcePoller:
         self.started = time.time() - self.interval / 2
         if self.agents.addresses:
-            self._thread = threading.Thread(target=self._loop, name="jupyter-dist resources", daemon=True)
-            self._thread.start()
+            _LOOP.serve(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.interval + 2)
+        _LOOP.leave(self)
+
+
+class _Loop:
+    """The kernel's one polling thread: polls the current run's poller every `interval` seconds."""
+
+    def __init__(self) -> None:
+        self.current: ResourcePoller | None = None
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def serve(self, poller: ResourcePoller) -> None:
+        with self.lock:
+            self.current = poller
+            self.wake.set()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="jupyter-dist resources", daemon=True)
+                self.thread.start()
+
+    def leave(self, poller: ResourcePoller) -> None:
+        with self.lock:
+            if self.current is poller:
+                self.current = None
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait()
+            with self.lock:
+                poller = self.current
+            time.sleep(poller.interval if poller is not None else 0.0)
+            with self.lock:
+                if self.current is None:
+                    self.wake.clear()  # under the lock: a run that starts now sets it again
+                    continue
+                poller = self.current
+            try:
+                poller.poll()
+            except Exception:  # noqa: BLE001 - a missed poll must never stop the polling
+                continue
+
+
+_LOOP = _Loop()

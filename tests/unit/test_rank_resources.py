@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from jupyter_dist.engine import collectives, resources
-from jupyter_dist.run.resources import GIB, ResourceStore
+from jupyter_dist.cluster.agents import AgentAddress, RankAgents
+from jupyter_dist.engine import agent, collectives, resources
+from jupyter_dist.run.resources import GIB, ResourcePoller, ResourceStore
 from jupyter_dist.views.resources_view import resource_panels, resources_png, resources_svg
 
 
@@ -96,3 +97,18 @@ def test_the_drawings_show_every_rank_and_gpus_only_where_sampled():
     short = ResourceStore()
     short.add(0, [sample(1.0, 1, 0.1)])
     assert resources_png(short) is None  # a run of one sample leaves no chart
+
+
+def test_the_poller_gathers_a_rank_samples_from_its_agent_while_a_run_goes():
+    ranks = RankAgents()
+    resources.register()
+    resources.start(interval=0.05)  # already running at 0.05 s when the test above started it
+    host, port = agent.start(ranks.token)
+    ranks.addresses[3] = AgentAddress(host, port)
+    with ResourcePoller(ranks, interval=0.1) as poller:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(poller.store.samples.get(3, [])) < 3:
+            time.sleep(0.05)
+    got = poller.store.samples[3]
+    assert len(got) >= 3 and all(s["t"] >= poller.started for s in got)
+    assert [s["t"] for s in got] == sorted({s["t"] for s in got})  # each sample once, in order
