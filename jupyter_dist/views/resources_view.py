@@ -65,7 +65,7 @@ def resources_svg(store: ResourceStore, width: int = 300, height: int = 200) -> 
     return "\n".join(out)
 
 
-MIN_SAMPLES = 3  # a run shorter than this many samples (seconds) leaves no chart
+MIN_SAMPLES = 5  # a run shorter than this many samples (seconds) leaves no chart (a quick cell adds no output)
 
 
 def resources_png(store: ResourceStore, dpi: int = 80) -> bytes | None:

@@ -13,7 +13,7 @@ import jupyter_dist
 from jupyter_dist.errors import RunTimeout
 from jupyter_dist.plan.defaults import STORE
 from jupyter_dist.run.rank_report import take
-from jupyter_dist.views.resources_view import resources_png, resources_svg
+from jupyter_dist.views.resources_view import resources_svg
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 
@@ -99,9 +99,8 @@ def test_resources_of_every_rank_and_the_one_that_allocates_more(distrun, shell,
     assert sorted(peaks) == [0, 1, 2, 3]
     assert all(len(s) >= 2 for s in store.copy().values())
     assert all(peaks[2] > peaks[r] + (400 << 20) for r in (0, 1, 3))
-    svg = resources_svg(store)
-    assert svg and svg.count("rank ") >= 4
-    assert resources_png(store)[:4] == b"\x89PNG"
+    svg = resources_svg(store)  # the live view's drawing (the end's PNG: tests/unit/test_rank_resources.py)
+    assert svg and all(f"rank {r}" in svg for r in range(4))
 
 
 def test_a_mismatched_collective_is_named_with_its_ranks_and_ops(distrun, shell, capsys):

@@ -88,15 +88,15 @@ def test_the_store_names_a_rank_near_its_memory_limit_and_sums_up_each_rank():
 def test_the_drawings_show_every_rank_and_gpus_only_where_sampled():
     store = ResourceStore()
     for r in range(4):
-        store.add(r, [sample(t, 10 * r, 0.1 * (r + 1)) for t in (1.0, 2.0, 3.0)])
+        store.add(r, [sample(t, 10 * r, 0.1 * (r + 1)) for t in (1.0, 2.0, 3.0, 4.0, 5.0)])
     panels = resource_panels(store.copy())
     assert [p.title for p in panels] == ["CPU % (100 = one core)", "resident memory, GiB"]
     assert [s.label for s in panels[0].series] == ["rank 0", "rank 1", "rank 2", "rank 3"]
     assert resources_svg(store).startswith("<svg")
     assert resources_png(store)[:4] == b"\x89PNG"
     short = ResourceStore()
-    short.add(0, [sample(1.0, 1, 0.1)])
-    assert resources_png(short) is None  # a run of one sample leaves no chart
+    short.add(0, [sample(t, 1, 0.1) for t in (1.0, 2.0, 3.0)])
+    assert resources_png(short) is None  # a run of a few seconds leaves no chart
 
 
 def test_the_poller_gathers_a_rank_samples_from_its_agent_while_a_run_goes():
