@@ -66,12 +66,12 @@ def test_stacks_while_a_cell_runs_and_the_last_ones_after(distrun, shell, capsys
     thread.join()
     text, took = got["value"]
     say(capsys, f"stacks of 4 ranks while the cell ran: {took * 1000:.0f} ms\n{text}")
-    assert "ranks 0,1,2,3: time.sleep at <cell>:3" in text
+    assert "ranks 0-3: time.sleep at <cell>:3" in text
     assert "<cell>:4 in <module>: waiting()" in text
     shell.run_line_magic("dist", "stacks")  # after the run: the ranks are idle, the last stacks stay
     after = capsys.readouterr().out
     assert "the last stacks taken while the ranks ran" in after
-    assert "ranks 0,1,2,3: time.sleep at <cell>:3" in after
+    assert "ranks 0-3: time.sleep at <cell>:3" in after
 
 
 def test_a_rank_that_never_reached_the_collective_is_the_straggler(distrun, shell, capsys):

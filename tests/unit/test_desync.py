@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from jupyter_dist.run.desync import desync_lines, sizes
+from jupyter_dist.run.stacks import rank_words
 
 
 def rec(op: str, seq: int, shape=(4,), dtype="float32") -> dict:
@@ -11,6 +12,14 @@ def rec(op: str, seq: int, shape=(4,), dtype="float32") -> dict:
 
 def answer(flying=None, done=()) -> dict:
     return {"in_flight": [flying] if flying else [], "done": list(done), "now": 0.0}
+
+
+def test_ranks_read_as_a_person_says_them():
+    assert rank_words([1]) == "rank 1"
+    assert rank_words([0, 2, 3]) == "ranks 0,2,3"
+    assert rank_words([0, 1, 2]) == "ranks 0,1,2"
+    assert rank_words(list(range(32))) == "ranks 0-31"
+    assert rank_words([0, 1, 2, 3, 5, 8, 9, 10, 11, 12]) == "ranks 0-3,5,8-12"
 
 
 def test_sizes_read_as_a_person_says_them():
