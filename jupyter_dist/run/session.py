@@ -233,7 +233,7 @@ class DistSession:
             shown=spec.ranks,
             out=spec.out,
         )
-        sink = self.sink_factory()  # each rank's resources go to the sink's store while the run goes
+        sink = self.runner.sink_factory()  # each rank's resources go to the sink's store while the run goes
         try:
             with ResourcePoller(self.cluster.agents, getattr(sink, "resources", None)) as poller:
                 self.resources = poller.store

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from IPython.utils.capture import capture_output
 
 import jupyter_dist
 from jupyter_dist.errors import RunTimeout
@@ -36,6 +37,11 @@ def report_when(ready, within: float = 30.0):
             return report
         time.sleep(0.3)
     return report
+
+
+def seqs(report) -> dict[int, int | None]:
+    """Each rank's collective in flight by its number (None: none), from a report."""
+    return {r: (c["in_flight"][0]["seq"] if c["in_flight"] else None) for r, c in report.collectives.items()}
 
 
 def say(capsys, text: str) -> None:
@@ -77,8 +83,7 @@ def test_stacks_while_a_cell_runs_and_the_last_ones_after(distrun, shell, capsys
 def test_a_rank_that_never_reached_the_collective_is_the_straggler(distrun, shell, capsys):
     cell = GROUP + ("import time\nt = torch.ones(4)\ndist.all_reduce(t)\n"
                     "if dist.get_rank() == 3:\n    time.sleep(8)\ndist.all_reduce(t)\n")
-    thread, got = in_background(lambda: report_when(lambda r: len(r.collectives) == 4 and sum(
-        bool(c["in_flight"]) for c in r.collectives.values()) == 3))
+    thread, got = in_background(lambda: report_when(lambda r: seqs(r) == {0: 2, 1: 2, 2: 2, 3: None}))
     distrun(LAYOUT, cell)  # rank 3 joins late: the run ends well
     thread.join()
     lines = got["value"].collective_lines()
@@ -90,8 +95,11 @@ def test_a_rank_that_never_reached_the_collective_is_the_straggler(distrun, shel
 
 def test_resources_of_every_rank_and_the_one_that_allocates_more(distrun, shell, capsys):
     cell = ("import os, time\nblob = b'x' * ((600 if os.environ['RANK'] == '2' else 1) << 20)\n"
-            "t = time.time()\nwhile time.time() - t < 5:\n    sum(range(10000))\ndel blob\n")
-    distrun(LAYOUT, cell)
+            "t = time.time()\nwhile time.time() - t < 7:\n    sum(range(20000))\n    time.sleep(0.01)\ndel blob\n")
+    with capture_output() as cap:
+        shell.run_cell_magic("distrun", LAYOUT, cell)
+    # the chart at the end: an image alone (no text a notebook comparison would read)
+    assert [sorted(o.data) for o in cap.outputs if "image/png" in o.data] == [["image/png"]]
     store = session().resources
     peaks = store.peak_rss()
     say(capsys, "\n".join(["peak resident memory by rank (MiB):", *(f"  rank {r}: {v >> 20}" for r, v in sorted(peaks.items())),
@@ -106,8 +114,7 @@ def test_resources_of_every_rank_and_the_one_that_allocates_more(distrun, shell,
 def test_a_mismatched_collective_is_named_with_its_ranks_and_ops(distrun, shell, capsys):
     cell = GROUP + ("t = torch.ones(4)\nfor _ in range(11):\n    dist.all_reduce(t)\n"
                     "if dist.get_rank() == 1:\n    dist.broadcast(t, 0)\nelse:\n    dist.all_reduce(t)\n")
-    thread, got = in_background(lambda: report_when(lambda r: len(r.collectives) == 4 and all(
-        c["in_flight"] for c in r.collectives.values())))
+    thread, got = in_background(lambda: report_when(lambda r: seqs(r) == dict.fromkeys(range(4), 12)))
     with pytest.raises(RunTimeout):
         shell.run_cell_magic("distrun", f"{LAYOUT} --timeout 20", cell)
     STORE.update(timeout=None)
