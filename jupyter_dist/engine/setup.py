@@ -19,7 +19,7 @@ from IPython import get_ipython
 
 from jupyter_dist.common.channel import EXIT, ExitData
 from jupyter_dist.common.hosts import source_address
-from jupyter_dist.engine import agent, cells, stacks
+from jupyter_dist.engine import agent, cells, collectives, resources, stacks
 from jupyter_dist.engine.faults import arm_stack_files
 from jupyter_dist.engine.publish import publish
 from jupyter_dist.engine.torch_hooks import sync_torch_threads
@@ -91,13 +91,16 @@ def setup(envs_by_rank: dict[int, dict[str, str]], hooks: tuple[Callable[[], Non
 
 
 def assign_rank(rank: int, stack_dir: str, agent_token: str, controller_ip: str) -> tuple[str, int]:
-    """Take `rank`: watch its cells, flush its output before it dies, arm its stack files, and start
-    its agent where the controller reaches this engine; returns the agent's address."""
+    """Take `rank`: watch its cells, flush its output before it dies, arm its stack files, record its
+    collectives, sample its resources, and start its agent where the controller reaches this engine;
+    returns the agent's address."""
     _state["rank"] = rank
     cells.watch(get_ipython())
     _flush_before_dying()
     arm_stack_files(stack_dir, rank)
     stacks.register()
+    collectives.register()
+    resources.register()
     return agent.start(agent_token, source_address(controller_ip))
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from jupyter_dist.run.metrics_store import MetricsStore, ScalingResult
+from jupyter_dist.run.resources import ResourceStore
 
 # (engines registered, engines expected, seconds since the start)
 Progress = Callable[[int, int, float], None]
@@ -26,6 +27,9 @@ class RunDisplay(Protocol):
     def start_progress(self) -> Progress:
         """A callback told how many engines registered while they start."""
 
+    def resources(self, store: ResourceStore) -> None:
+        """The end of a run: every rank's CPU, memory and GPU over the run, then one line per rank."""
+
 
 def engines_started(n: int, elapsed: float) -> str:
     return f"jupyter-dist: {n} engines started in {elapsed:.1f} s"
@@ -39,6 +43,9 @@ class PlainDisplay:
 
     def scaling(self, result: ScalingResult) -> None:
         print("\n".join(result.lines()), flush=True)
+
+    def resources(self, store: ResourceStore) -> None:
+        print("\n".join(["jupyter-dist: resources per rank", *store.summary_lines()]), flush=True)
 
     def start_progress(self) -> Progress:
         done: list[bool] = []

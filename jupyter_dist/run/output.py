@@ -24,6 +24,7 @@ from jupyter_dist.common.channel import METRICS, METRICS_LINE_PREFIX, RELABEL
 from jupyter_dist.plan.layout import RankPlace
 from jupyter_dist.run.display import PlainDisplay, RunDisplay
 from jupyter_dist.run.metrics_store import MetricsStore
+from jupyter_dist.run.resources import ResourceStore
 
 PROVISIONAL_MAX = 4000  # characters of an unfinished line shown live
 WIDGET_MIMES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
@@ -177,6 +178,7 @@ class TextSink:
         self.shown: tuple[int, ...] | None = None
         self.logs: RankLogs | None = None
         self.metrics = MetricsStore()
+        self.resources = ResourceStore()  # filled by the session's ResourcePoller while the run goes
         self.charts = charts
         self.run_display: RunDisplay = run_display or PlainDisplay()
         self.world = 0
@@ -233,6 +235,8 @@ class TextSink:
         sys.stderr.flush()
         if self.charts and not self.metrics.empty:
             self.run_display.metrics(self.metrics)
+        if self.charts and not self.resources.empty:
+            self.run_display.resources(self.resources)
 
 
 class RankLogs:

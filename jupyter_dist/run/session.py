@@ -32,6 +32,8 @@ from jupyter_dist.plan.spec import RunSpec, remembered
 from jupyter_dist.run.display import PlainDisplay, RunDisplay
 from jupyter_dist.run.metrics_store import ScalingPoint, scaling_result, scaling_shape
 from jupyter_dist.run.output import OutputSink, TextSink
+from jupyter_dist.run.rank_report import RankReports
+from jupyter_dist.run.resources import ResourcePoller, ResourceStore
 from jupyter_dist.run.runner import Execution, Runner, RunOutcome
 
 
@@ -89,6 +91,8 @@ class DistSession:
     display: RunDisplay = field(default_factory=PlainDisplay)
     last: LastRun | None = None
     last_outcome: RunOutcome | None = None
+    reports: RankReports = field(default_factory=RankReports)  # stacks taken: %dist stacks shows the last
+    resources: ResourceStore | None = None  # the last run's CPU, memory and GPU per rank
     _local_node: Any = None
     _mpiexec_found: bool | None = None
     _said: set[str] = field(default_factory=set)  # one-line notes already shown this session
@@ -229,8 +233,11 @@ class DistSession:
             shown=spec.ranks,
             out=spec.out,
         )
+        sink = self.runner.sink_factory()  # each rank's resources go to the sink's store while the run goes
         try:
-            outcome = self.runner.execute(ex, on_sent=on_sent)
+            with ResourcePoller(self.cluster.agents, getattr(sink, "resources", None)) as poller:
+                self.resources = poller.store
+                outcome = self.runner.execute(ex, sink=sink, on_sent=on_sent)
         except OutputFetchError as e:
             if shell is not None:  # the ranks that could send their value still do
                 shell.user_ns[spec.out] = [e.values.get(r) for r in range(p.layout.world_size)]
@@ -339,6 +346,10 @@ class SessionControl:
     def restart(self) -> None:
         self.session.cluster.stop()
         self.start()
+
+    def stacks(self) -> str:
+        """What `%dist stacks` prints; safe on a kernel subshell while a cell runs (agents only)."""
+        return self.session.reports.text(self.session.cluster.agents)
 
 
 def check_compiles(code: str, shell: Any = None) -> None:

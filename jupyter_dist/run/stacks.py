@@ -88,7 +88,19 @@ def short_file(path: str) -> str:
 
 
 def rank_words(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ",".join(str(r) for r in ranks)
+    """'rank 1', 'ranks 0,2,3', 'ranks 0-31' (a run of four or more consecutive ranks as a range)."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for r in [*ranks[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts += [f"{start}-{prev}"] if prev - start >= 3 else [str(x) for x in range(start, prev + 1)]
+        if r is not None:
+            start = prev = r
+    return "ranks " + ",".join(parts)
 
 
 def headline(groups: Sequence[RankGroup]) -> str:

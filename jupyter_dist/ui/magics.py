@@ -66,18 +66,25 @@ class DistMagics(Magics):
 
     @line_magic
     def dist(self, line: str) -> Any:
-        """`%dist status|stop|restart|doctor|bench allreduce|export|panel`."""
+        """`%dist status|stop|restart|stacks|doctor|bench allreduce|export|panel`."""
         args = shlex.split(line)
         if not args:
-            raise UsageError("%dist needs a command: status, stop, restart, doctor, bench, export or panel.")
+            raise UsageError("%dist needs a command: status, stop, restart, stacks, doctor, bench, export or panel.")
         command, rest = args[0], args[1:]
         handler = getattr(self, f"_dist_{command}", None)
         if handler is None:
-            raise UsageError(f"%dist {command}: unknown command; use status, stop, restart, doctor, bench, export or panel.")
+            raise UsageError(f"%dist {command}: unknown command; use status, stop, restart, stacks, doctor, bench, export or panel.")
         return handler(rest)
 
     def _dist_status(self, rest: list[str]) -> None:
         show_status(self.session.status())
+
+    def _dist_stacks(self, rest: list[str]) -> None:
+        """`%dist stacks`: every rank's stack and collective now (it answers while a cell runs, from a
+        subshell or the sidebar), or the last ones taken when the ranks are idle or gone."""
+        if rest:
+            raise UsageError(f"%dist stacks takes no arguments, not {' '.join(rest)!r}.")
+        print(self.session.reports.text(self.session.cluster.agents), flush=True)
 
     def _dist_panel(self, rest: list[str]) -> None:
         """`%dist panel`: the configuration panel, the same as `jupyter_dist.panel()`."""

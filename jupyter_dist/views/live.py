@@ -85,6 +85,7 @@ class RunView:
         self.box: Any = None
         self.html: dict[int, Any] = {}
         self.chart: Any = None
+        self.resources: Any = None  # every rank's CPU, memory and GPU, beside the chart
         self.status: Any = None
         if not in_kernel():
             return
@@ -105,8 +106,10 @@ class RunView:
         self.status = widgets.HTML(value="<span style='opacity:.7'>jupyter-dist: starting the run</span>")
         # an inline SVG (views/svg_chart.py): drawing it costs the ranks far less CPU than a PNG
         self.chart = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"))
-        self.box = widgets.VBox([self.status, body, self.chart])
-        self._widgets = [self.box, body, self.status, self.chart, *self.html.values()]
+        self.resources = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"))
+        charts = widgets.HBox([self.chart, self.resources], layout=widgets.Layout(flex_flow="row wrap"))
+        self.box = widgets.VBox([self.status, body, charts])
+        self._widgets = [self.box, body, self.status, charts, self.chart, self.resources, *self.html.values()]
         bundle = {
             "application/vnd.jupyter.widget-view+json": {
                 "version_major": 2, "version_minor": 0, "model_id": self.box.model_id,
@@ -134,6 +137,12 @@ class RunView:
             self.chart.value = svg
             self.chart.layout.display = None
 
+    def set_resources(self, svg: str) -> None:
+        """Show every rank's resources, an `<svg>` element as text (hidden until the first samples)."""
+        if self.resources is not None:
+            self.resources.value = svg
+            self.resources.layout.display = None
+
     def close(self) -> None:
         """Hide and empty the view, then close it. A notebook executed headless (nbconvert) keeps
         every widget's last state, closed or not, and an HTML report draws it: hidden and empty,
@@ -143,9 +152,10 @@ class RunView:
         with contextlib.suppress(Exception):
             self.box.layout.display = "none"
             self.chart.value = ""
+            self.resources.value = ""
             self.status.value = ""
             for w in self.html.values():
                 w.value = ""
         close_widgets(self._widgets)
-        self.box = self.chart = self.status = None
+        self.box = self.chart = self.resources = self.status = None
         self.html = {}

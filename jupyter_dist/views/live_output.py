@@ -22,6 +22,7 @@ from jupyter_dist.run.display import RunDisplay
 from jupyter_dist.run.output import OutputSink, RankLogs, TextSink, shown_data
 from jupyter_dist.views.live import RunView, in_kernel
 from jupyter_dist.views.ranks import ALL, OutputModel, render_html, transcript_parts
+from jupyter_dist.views.resources_view import resources_svg
 from jupyter_dist.views.run_display import NOTEBOOK
 from jupyter_dist.views.svg_chart import metrics_svg
 
@@ -48,6 +49,8 @@ class LiveTextSink(TextSink):
         self._chart_at = 0.0
         self._chart_cost = 0.0
         self._chart_version = -1
+        self._resources_version = -1
+        self._near_limit: list[str] = []
 
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
         super().start(places, shown, logs)
@@ -97,6 +100,8 @@ class LiveTextSink(TextSink):
         while not self._stop.wait(self.UPDATE_S):
             with contextlib.suppress(Exception):  # a view glitch must never stop the run
                 self.refresh_chart()
+            with contextlib.suppress(Exception):
+                self.refresh_resources()
 
     def refresh(self) -> None:
         """Push the text that changed to the widget (called by the timer thread under the lock)."""
@@ -104,7 +109,8 @@ class LiveTextSink(TextSink):
         if view is None or not view.active:
             return
         elapsed = time.monotonic() - self._t0
-        view.set_status(f"running for {elapsed:.0f} s; {len(self.model.tails) - 1} rank(s) shown")
+        near = "; near its memory limit: " + "; ".join(self._near_limit) if self._near_limit else ""
+        view.set_status(f"running for {elapsed:.0f} s; {len(self.model.tails) - 1} rank(s) shown{near}")
         for key in self.model.take_dirty():
             tail = self.model.tails.get(key)
             if tail is not None:
@@ -129,6 +135,18 @@ class LiveTextSink(TextSink):
         self._chart_at, self._chart_version = time.monotonic(), version
         if svg:
             view.set_chart(svg)
+        return True
+
+    def refresh_resources(self) -> bool:
+        """Redraw every rank's resources when new samples came (about once a second)."""
+        view = self.view
+        if view is None or not view.active or self.resources.version == self._resources_version:
+            return False
+        self._resources_version = self.resources.version
+        self._near_limit = self.resources.near_limit()
+        svg = resources_svg(self.resources)
+        if svg:
+            view.set_resources(svg)
         return True
 
     def finish(self) -> None:

@@ -6,8 +6,10 @@ from typing import Any
 
 from jupyter_dist.run.display import Progress, engines_started
 from jupyter_dist.run.metrics_store import MetricsStore, ScalingResult
+from jupyter_dist.run.resources import ResourceStore
 from jupyter_dist.views import charts
 from jupyter_dist.views.live import LiveArea
+from jupyter_dist.views.resources_view import show_resources
 
 
 class NotebookDisplay:
@@ -18,6 +20,9 @@ class NotebookDisplay:
 
     def scaling(self, result: ScalingResult) -> None:
         charts.show_scaling(result)
+
+    def resources(self, store: ResourceStore) -> None:
+        show_resources(store)
 
     def start_progress(self) -> Progress:
         """'starting engines: 3/4 registered (2.1 s)' live while engines come up, then one line."""

@@ -100,7 +100,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const sidebar = new DistSidebar(model, {
       update: changes => follower.send(model.update(changes)),
       action: action => follower.send(model.action(action)),
-      insertCell: () => void app.commands.execute(CommandIDs.insertCell)
+      insertCell: () => void app.commands.execute(CommandIDs.insertCell),
+      stacks: () => follower.send(model.askStacks())
     });
     sidebar.title.icon = distIcon;
     app.shell.add(sidebar, 'left', { rank: 650 });

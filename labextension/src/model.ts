@@ -75,6 +75,8 @@ export class SidebarModel {
   private _mismatch = '';
   private _awaitingFirstState = false;
   private _transport: Transport = null;
+  private _stacks: string | null = null;
+  private _stacksPending = false;
   private _listeners = new Set<() => void>();
 
   constructor(remembered?: Partial<Remembered>) {
@@ -100,6 +102,14 @@ export class SidebarModel {
   get choices(): Choices {
     return this._choices;
   }
+  /** The last stacks the kernel sent (every rank's, grouped), or null before any. */
+  get stacks(): string | null {
+    return this._stacks;
+  }
+  /** A stacks request is on its way. */
+  get stacksPending(): boolean {
+    return this._stacksPending;
+  }
   get ready(): boolean {
     return this._phase === 'ready';
   }
@@ -114,6 +124,8 @@ export class SidebarModel {
 
   kernelGone(): void {
     this._status = STOPPED_STATUS;
+    this._stacks = null;
+    this._stacksPending = false;
     this._choices = NO_KERNEL_CHOICES;
     this._transport = null;
     this._set('no-kernel');
@@ -155,7 +167,13 @@ export class SidebarModel {
         return this._welcome(reply);
       case 'state':
         return this._state(reply);
+      case 'stacks':
+        this._stacks = reply.text;
+        this._stacksPending = false;
+        this._emit();
+        return [];
       case 'error':
+        this._stacksPending = false;
         this._error(reply);
         return [];
     }
@@ -228,6 +246,17 @@ export class SidebarModel {
 
   action(action: ClusterAction): Request | null {
     return this.ready ? { type: 'cluster', action } : null;
+  }
+
+  /** Ask for every rank's stack (the Stacks button); null when not connected. */
+  askStacks(): Request | null {
+    if (!this.ready) {
+      return null;
+    }
+    this._stacksPending = true;
+    this._lastError = null;
+    this._emit();
+    return { type: 'stacks' };
   }
 
   /** Settings loaded from the registry; the kernel's store wins once connected. */

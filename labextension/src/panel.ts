@@ -11,6 +11,7 @@ export interface SidebarCallbacks {
   update(changes: Partial<RunDefaults>): void;
   action(action: ClusterAction): void;
   insertCell(): void;
+  stacks(): void;
 }
 
 type Field = HTMLInputElement | HTMLSelectElement;
@@ -82,6 +83,8 @@ export class DistSidebar extends Widget {
   private _ranks = el('ul', 'jp-dist-ranks');
   private _transport = el('div', 'jp-dist-transport');
   private _buttons: Record<ClusterAction, HTMLButtonElement>;
+  private _stacksButton = el('button', 'jp-Button jp-mod-styled jp-dist-button jp-dist-stacks-button', 'Stacks');
+  private _stacks = el('pre', 'jp-dist-stacks');
   private _unsubscribe: () => void;
 
   constructor(
@@ -150,6 +153,9 @@ export class DistSidebar extends Widget {
       this._buttons[action] = button;
       actions.appendChild(button);
     }
+    this._stacksButton.title = "every rank's stack and collective, now (%dist stacks)";
+    this._stacksButton.addEventListener('click', () => this._callbacks.stacks());
+    actions.appendChild(this._stacksButton);
     const insert = el('button', 'jp-Button jp-mod-styled jp-mod-accept jp-dist-insert', 'Insert %%distrun cell');
     insert.addEventListener('click', () => this._callbacks.insertCell());
 
@@ -157,7 +163,7 @@ export class DistSidebar extends Widget {
     status.setAttribute('aria-live', 'polite');
     status.append(this._headline, this._error, this._ranks, this._transport);
 
-    this.node.append(header, form, this._world, this._grid, insert, status, actions);
+    this.node.append(header, form, this._world, this._grid, insert, status, actions, this._stacks);
     this._unsubscribe = _model.subscribe(() => this.render());
     this.render();
   }
@@ -210,6 +216,9 @@ export class DistSidebar extends Widget {
     this._buttons.start.disabled = !model.ready || state !== 'stopped';
     this._buttons.stop.disabled = !model.ready || state === 'stopped';
     this._buttons.restart.disabled = !model.ready;
+    this._stacksButton.disabled = !model.ready || state === 'stopped' || model.stacksPending;
+    this._stacks.textContent = model.stacks ?? '';
+    this._stacks.hidden = model.stacks === null;
   }
 
   private _renderGrid(rows: GridCell[][]): void {

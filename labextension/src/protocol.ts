@@ -5,9 +5,11 @@
  * does not match is dropped with a console warning. The frameworks are not listed here: the
  * kernel's `welcome` names those its registry offers (a framework a package adds through the
  * `jupyter_dist.frameworks` entry point group among them), with their titles since 1.1.
+ * Since 1.2 the sidebar may ask for every rank's stack (`stacks`); the kernel answers with the
+ * text `%dist stacks` prints, from its subshell while a cell runs.
  */
 
-export const PROTOCOL_VERSION = '1.1';
+export const PROTOCOL_VERSION = '1.2';
 export const TARGET_NAME = 'jupyter_dist';
 
 export const BACKENDS = ['auto', 'nccl', 'gloo', 'mpi'] as const;
@@ -71,7 +73,10 @@ export interface ClusterMsg {
   type: 'cluster';
   action: ClusterAction;
 }
-export type Request = HelloMsg | GetStateMsg | SetDefaultsMsg | ClusterMsg;
+export interface StacksMsg {
+  type: 'stacks';
+}
+export type Request = HelloMsg | GetStateMsg | SetDefaultsMsg | ClusterMsg | StacksMsg;
 
 // kernel -> frontend
 export interface WelcomeMsg {
@@ -96,7 +101,12 @@ export interface ErrorMsg {
   code?: ErrorCode;
   message: string;
 }
-export type Reply = WelcomeMsg | StateMsg | ErrorMsg;
+/** Every rank's stack and collective, as `%dist stacks` prints them (from 1.2). */
+export interface StacksReplyMsg {
+  type: 'stacks';
+  text: string;
+}
+export type Reply = WelcomeMsg | StateMsg | StacksReplyMsg | ErrorMsg;
 
 export const STOPPED_STATUS: ClusterStatus = {
   state: 'stopped',
@@ -232,6 +242,11 @@ export function parseReply(data: unknown): { reply: Reply | null; reason?: strin
         return { reply: data as unknown as StateMsg };
       }
       return { reply: null, reason: 'malformed state' };
+    case 'stacks':
+      if (typeof data.text === 'string') {
+        return { reply: data as unknown as StacksReplyMsg };
+      }
+      return { reply: null, reason: 'malformed stacks' };
     case 'error':
       if (typeof data.message === 'string') {
         return { reply: data as unknown as ErrorMsg };

@@ -1,6 +1,7 @@
 /**
  * The sidebar end to end: a real JupyterLab and kernel, %load_ext jupyter_dist, 2 nodes x 2
- * procs set in the sidebar, the inserted %%distrun cell run on 4 ranks, the status followed.
+ * procs set in the sidebar, the inserted %%distrun cell run on 4 ranks, the status followed, and
+ * every rank's stack shown by the Stacks button while the cell runs.
  */
 import { expect, Page, test } from '@playwright/test';
 import * as fs from 'fs';
@@ -64,7 +65,7 @@ test('configure, insert and run a %%distrun cell from the sidebar', async ({ pag
   await runCell.locator('.cm-content').click();
   await page.keyboard.press('Control+End');
   await page.keyboard.insertText(
-    "\nimport os, time\nprint('hello from rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\ntime.sleep(4)\n"
+    "\nimport os, time\nprint('hello from rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\ntime.sleep(10)\n"
   );
   await page.evaluate(() => {
     const node = document.querySelector('.jp-dist-sidebar') as HTMLElement;
@@ -87,6 +88,16 @@ test('configure, insert and run a %%distrun cell from the sidebar', async ({ pag
   for (let rank = 0; rank < 4; rank++) {
     await expect(output).toContainText(`hello from rank ${rank} of 4`, { timeout: 120_000 });
   }
+
+  // every rank sleeps in the cell: the Stacks button answers over the subshell meanwhile
+  const stacks = sidebar.locator('.jp-dist-stacks');
+  await expect(stacks).toBeHidden();
+  const asked = Date.now();
+  await sidebar.getByRole('button', { name: 'Stacks' }).click();
+  await expect(stacks).toContainText(/ranks 0-3: time\.sleep at <cell>:\d+/, { timeout: 10_000 });
+  console.log(`Stacks button answered in ${Date.now() - asked} ms while the cell ran`);
+  await expect(sidebar).toHaveAttribute('data-cluster', 'busy');
+  await page.screenshot({ path: path.join(ARTIFACTS, 'sidebar-stacks.png') });
   await expect(sidebar).toHaveAttribute('data-cluster', 'idle', { timeout: 60_000 });
   await expect(sidebar.locator('.jp-dist-grid td.jp-dist-state-idle')).toHaveCount(4);
   const seen: string[] = await page.evaluate(() => (window as any).__distSeen);

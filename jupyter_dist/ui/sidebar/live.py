@@ -29,6 +29,7 @@ from jupyter_dist.ui.sidebar.protocol import (
     error,
     major,
     parse_request,
+    stacks,
     state,
     welcome,
 )
@@ -236,8 +237,22 @@ class SidebarSession:
                 self.send(self.sidebar.current_state())  # unchanged: no broadcast, so answer directly
         elif msg["type"] == "cluster":
             self._cluster(msg["action"])
+        elif msg["type"] == "stacks":
+            self._stacks()
         else:
             self.send(self.sidebar.current_state())
+
+    def _stacks(self) -> None:
+        """Answered on this thread (a subshell while a cell runs): it asks the ranks' agents only."""
+        take = getattr(self.sidebar.control, "stacks", None)
+        if take is None:
+            raise ProtocolError("no cluster yet: run a %%distrun cell first", "action_failed")
+        try:
+            text = take()
+        except Exception as exc:
+            log.exception("stacks failed")
+            raise ProtocolError(f"stacks failed: {exc}", "action_failed") from None
+        self.send(stacks(text))
 
     def _cluster(self, action: ClusterAction) -> None:
         control = self.sidebar.control

@@ -1,12 +1,14 @@
 """The sidebar's wire format: the typed messages, the check of every incoming one, the replies.
 
-Frontend -> kernel: `hello` (the comm's open data), `get_state`, `set_defaults`, `cluster`.
+Frontend -> kernel: `hello` (the comm's open data), `get_state`, `set_defaults`, `cluster`, `stacks`.
 Kernel -> frontend: `welcome` (the protocol version and the choices: frameworks from the
 registry with their titles, backends, launchers, IB modes, actions), `state` (the run defaults
-and the cluster status) and `error`. Anything that is not one of these messages, exactly, is a
+and the cluster status), `stacks` (every rank's stack and collective, as `%dist stacks` prints
+them) and `error`. Anything that is not one of these messages, exactly, is a
 `ProtocolError`; nothing a frontend sends is ever evaluated.
 
-Version 1.1 added `framework_titles` to `welcome`; a 1.0 frontend ignores it.
+Version 1.1 added `framework_titles` to `welcome`; a 1.0 frontend ignores it. Version 1.2 added
+the `stacks` request and reply (the sidebar's Stacks button); a 1.1 frontend never sends it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from jupyter_dist.plan import validate
 from jupyter_dist.plan.defaults import BACKENDS, IB_MODES, LAUNCHERS, RunDefaults
 from jupyter_dist.views.controls import CLUSTER_ACTIONS, check_defaults, framework_choices, stopped_status
 
-PROTOCOL_VERSION = "1.1"
+PROTOCOL_VERSION = "1.2"
 TARGET_NAME = "jupyter_dist"
 CLUSTER_STATES: tuple[str, ...] = ("stopped", "starting", "idle", "busy", "error")
 RANK_STATES: tuple[str, ...] = ("idle", "busy", "dead", "starting")
@@ -49,7 +51,11 @@ class ClusterMsg(TypedDict):
     action: ClusterAction
 
 
-Request = HelloMsg | GetStateMsg | SetDefaultsMsg | ClusterMsg
+class StacksMsg(TypedDict):
+    type: Literal["stacks"]
+
+
+Request = HelloMsg | GetStateMsg | SetDefaultsMsg | ClusterMsg | StacksMsg
 
 
 # ---------------------------------------------------------------------------- kernel -> frontend
@@ -101,7 +107,12 @@ class ErrorMsg(TypedDict):
     message: str
 
 
-Reply = WelcomeMsg | StateMsg | ErrorMsg
+class StacksReplyMsg(TypedDict):
+    type: Literal["stacks"]
+    text: str  # what `%dist stacks` prints: the collectives each rank is in, then the stacks grouped
+
+
+Reply = WelcomeMsg | StateMsg | StacksReplyMsg | ErrorMsg
 
 STOPPED_STATUS = cast(ClusterStatus, stopped_status())
 
@@ -122,6 +133,7 @@ _REQUEST_FIELDS: dict[str, frozenset[str]] = {
     "get_state": frozenset({"type"}),
     "set_defaults": frozenset({"type", "defaults"}),
     "cluster": frozenset({"type", "action"}),
+    "stacks": frozenset({"type"}),
 }
 _VERSION = re.compile(r"\d{1,4}\.\d{1,4}")
 _show = validate.shown
@@ -182,6 +194,8 @@ def parse_request(data: object) -> Request:
                 f"cluster: action must be one of {', '.join(CLUSTER_ACTIONS)}; got {_show(action)}"
             )
         return ClusterMsg(type="cluster", action=action)  # type: ignore[typeddict-item]
+    if kind == "stacks":
+        return StacksMsg(type="stacks")
     return GetStateMsg(type="get_state")
 
 
@@ -205,6 +219,10 @@ def welcome() -> WelcomeMsg:
 
 def state(defaults: RunDefaults, status: ClusterStatus) -> StateMsg:
     return StateMsg(type="state", defaults=defaults.to_json(), status=status)
+
+
+def stacks(text: str) -> StacksReplyMsg:
+    return StacksReplyMsg(type="stacks", text=text)
 
 
 def error(message: str, code: ErrorCode = "bad_message") -> ErrorMsg:

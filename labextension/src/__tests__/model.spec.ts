@@ -247,3 +247,37 @@ describe('world size and grid', () => {
     expect(model.headline()).toBe('cluster busy (3/4 engines, pytorch)');
   });
 });
+
+describe('the Stacks button', () => {
+  const busy: ClusterStatus = {
+    state: 'busy',
+    engines: 2,
+    expected: 2,
+    ranks: [0, 1].map(rank => ({ rank, node: 0, local_rank: rank, host: 'h', state: 'busy' as const }))
+  };
+
+  it('asks only when connected, and shows the kernel text', () => {
+    const idle = new SidebarModel();
+    expect(idle.askStacks()).toBeNull();
+    const model = readyModel();
+    model.handle(stateMsg({ nodes: 3 }, busy));
+    expect(model.askStacks()).toEqual({ type: 'stacks' });
+    expect(model.stacksPending).toBe(true);
+    model.handle({ type: 'stacks', text: 'ranks 0,1: time.sleep at <cell>:3' });
+    expect(model.stacksPending).toBe(false);
+    expect(model.stacks).toBe('ranks 0,1: time.sleep at <cell>:3');
+  });
+
+  it('an error ends the wait; a malformed reply is dropped; a kernel gone forgets them', () => {
+    const model = readyModel();
+    model.askStacks();
+    model.handle({ type: 'stacks', text: 7 });
+    expect(model.stacksPending).toBe(true);
+    model.handle({ type: 'error', code: 'action_failed', message: 'no cluster yet' });
+    expect(model.stacksPending).toBe(false);
+    expect(model.lastError).toBe('no cluster yet');
+    model.handle({ type: 'stacks', text: 'x' });
+    model.kernelGone();
+    expect(model.stacks).toBeNull();
+  });
+});

@@ -53,6 +53,8 @@ describe('parseReply', () => {
     expect(parseReply(welcome).reply?.type).toBe('welcome');
     expect(parseReply(state).reply?.type).toBe('state');
     expect(parseReply({ type: 'error', code: 'bad_message', message: 'no' }).reply?.type).toBe('error');
+    expect(parseReply({ type: 'stacks', text: 'ranks 0,1: sleep at <cell>:3' }).reply?.type).toBe('stacks');
+    expect(parseReply({ type: 'stacks', text: ['no'] }).reply).toBeNull();
     expect(parseReply({ type: 'state', defaults: FACTORY_DEFAULTS, status: { state: 'stopped', engines: 0, expected: 0, ranks: [] } }).reply).not.toBeNull();
   });
 
