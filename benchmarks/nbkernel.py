@@ -41,6 +41,12 @@ class Cell:
     bytes: int = 0
     stream_lines: int = 0
     error: str | None = None
+    displays: dict[str, str] = field(default_factory=dict)  # text/plain of each display, its last update
+
+    @property
+    def lines(self) -> int:
+        """Lines the notebook shows at the end: streams, and each display's text in its last state."""
+        return self.stream_lines + sum(text.count("\n") for text in self.displays.values())
 
     def check(self) -> Cell:
         if self.error:
@@ -81,6 +87,9 @@ class Kernel:
             got.bytes += len(str(content))
             if kind == "stream":
                 got.stream_lines += content["text"].count("\n")
+            elif kind in ("display_data", "update_display_data"):
+                key = content.get("transient", {}).get("display_id") or str(len(got.displays))
+                got.displays[key] = content.get("data", {}).get("text/plain", "")
             elif kind == "error" and mine:
                 got.error = "\n".join(content["traceback"])
             elif kind == "status" and mine and content["execution_state"] == "idle":

@@ -11,8 +11,9 @@ the same run, in alternating order. The ipyparallel alternative is an MPI cluste
 - dispatch: a warm `x = 1` under `%%distrun -f pytorch -N 1 -n N` and `%%px --block` (`--sizes`);
 - output: N=4 ranks each printing L lines (`--lines`) and `%%px --block --stream`;
 - cold: a fresh kernel to the first all-reduce result (4 ranks) and `torchrun --nproc_per_node 4` cold;
-- start: engines started and a first `x = 1` (`%dist stop` before each) and ipyparallel's own MPI
-  cluster started and a first `x = 1` (`--start-sizes`);
+- start: engines started and a first `x = 1` (`%dist stop` before each; `-f pytorch`, whose set-up
+  imports torch on every rank, and `-f mpi`) and ipyparallel's own MPI cluster started and a first
+  `x = 1` (`--start-sizes`);
 - `--phases`: where the time of a warm and a cold `%%distrun` cell goes, timed in the kernel.
 
 Prints medians and ratios (`%%distrun` / the alternative); asserts nothing. `benchmarks/dispatch.py`
@@ -105,7 +106,7 @@ def output(lines: list[int], repeat: int, ranks: int = 4) -> None:
             say(f"output, {ranks} ranks x {n:,} lines, median of {repeat}: %%distrun {med(d):.2f} s, "
                 f"%%px --block --stream {med(p):.2f} s, ratio {med(d) / med(p):.1f} "
                 f"(iopub: {sum(cd.counts.values())} / {sum(cp.counts.values())} messages, "
-                f"{cd.bytes / 1e6:.1f} / {cp.bytes / 1e6:.1f} MB, stream lines {cd.stream_lines} / {cp.stream_lines})")
+                f"{cd.bytes / 1e6:.1f} / {cp.bytes / 1e6:.1f} MB, lines shown {cd.lines} / {cp.lines})")
         k.cell(IPP_STOP)
     finally:
         k.close()
@@ -157,9 +158,10 @@ def run_into(k: Kernel, cell: str, into: list[Cell]) -> float:
     return c.seconds
 
 
-def start(n: int, repeat: int) -> None:
+def start(n: int, repeat: int, framework: str) -> None:
+    """`-f pytorch` imports torch on every rank at set-up (its hooks); `-f mpi` starts engines alone."""
     k = Kernel()
-    dist_cell = f"%%distrun -f pytorch -N 1 -n {n}\nx = 1"
+    dist_cell = f"%%distrun -f {framework} -N 1 -n {n}\nx = 1"
     try:
         k.cell("%load_ext jupyter_dist").check()
         k.cell(ipp_start_code(n) + IPP_STOP).check()  # imports on both paths before timing
@@ -175,7 +177,7 @@ def start(n: int, repeat: int) -> None:
             return c.seconds
 
         d, p = alternate(dist, ipp, repeat)
-        say(f"start, {n} engines and a first `x = 1`, median of {repeat}: %%distrun {med(d):.2f} s, "
+        say(f"start, {n} engines and a first `x = 1`, median of {repeat}: %%distrun -f {framework} {med(d):.2f} s, "
             f"ipyparallel MPI cluster {med(p):.2f} s, ratio {med(d) / med(p):.2f}")
     finally:
         k.close()
@@ -191,6 +193,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=ints, default=[4, 8], help="world sizes of `dispatch` (the issue's: 4,8,16,32)")
     ap.add_argument("--lines", type=ints, default=[1500, 15000], help="lines per rank of `output` (more: 25000)")
     ap.add_argument("--start-sizes", type=ints, default=[4], help="world sizes of `start` (the issue's: 32)")
+    ap.add_argument("--start-frameworks", default="pytorch,mpi", help="-f of `start` (pytorch imports torch per rank)")
     ap.add_argument("--repeat", type=int, default=20, help="rounds of `dispatch`")
     ap.add_argument("--output-repeat", type=int, default=2)
     ap.add_argument("--cold-repeat", type=int, default=2, help="rounds of `cold` and `start`")
@@ -207,7 +210,8 @@ def main() -> None:
         cold(args.cold_repeat, args.phases)
     if "start" in parts:
         for n in args.start_sizes:
-            start(n, args.cold_repeat)
+            for fw in args.start_frameworks.split(","):
+                start(n, args.cold_repeat, fw)
     say(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
