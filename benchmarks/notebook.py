@@ -78,11 +78,13 @@ def dispatch(n: int, repeat: int, phases: bool) -> None:
             k.cell(dist).check(), k.cell(px).check()
         if phases:
             k.cell(CLEAR)
-        d, p = alternate(lambda: k.cell(dist).check().seconds, lambda: k.cell(px).check().seconds, repeat)
+        got: dict[str, list[Cell]] = {"d": [], "p": []}
+        d, p = alternate(partial(run_into, k, dist, got["d"]), partial(run_into, k, px, got["p"]), repeat)
         warm = k.value(TAKE) if phases else {}
         md, mp = med(d), med(p)
         say(f"dispatch, warm `x = 1`, {n} ranks, median of {repeat}: %%distrun {md * 1e3:.1f} ms, "
-            f"%%px --block {mp * 1e3:.1f} ms, ratio {md / mp:.2f}")
+            f"%%px --block {mp * 1e3:.1f} ms, ratio {md / mp:.2f}; iopub messages of a cell "
+            f"{sorted(got['d'][-1].counts.items())} / {sorted(got['p'][-1].counts.items())}")
         if phases:
             say(table([{key: v / repeat for key, v in warm.items()}],
                       f"  phases of a warm cell, {n} ranks (mean of {repeat}):"))

@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
             return 0
     t0 = time.monotonic()
     rc = install(argv)
-    print(f"jupyter-dist: {RELEASE} {'built' if rc == 0 else 'failed to build'} in {time.monotonic() - t0:.0f} s", flush=True)
+    print(f"jupyter-dist: {RELEASE} {'installed' if rc == 0 else 'failed to build'} in {time.monotonic() - t0:.0f} s", flush=True)
     return rc
 
 
