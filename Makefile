@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed-$(shell echo '$(TORCH) $(EXTRAS)' | tr -c 'a-zA-Z0-
 REPORTS := reports
 PYTEST_ARGS ?=
 
-.PHONY: all venv demo test pytest lint notebooks-refresh labextension jest browser lab clean
+.PHONY: all venv horovod demo test pytest lint notebooks-refresh labextension jest browser lab clean
 
 all: test
 
@@ -24,10 +24,19 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install --quiet --upgrade "pip>=24"
 	$(PIP) install --quiet $(TORCH)
 	$(PIP) install --quiet -e ".[$(EXTRAS)]"
-	$(PY) -m jupyter_dist.frameworks.horovod --quiet  # no wheels: compiled against $(TORCH) (minutes)
 	touch $@
 
 venv: $(STAMP)
+
+# Horovod has no wheels: it is compiled against $(TORCH) (minutes), so only where it is first needed:
+# `make test` (its test and tutorial 07) and `make horovod`; `-f horovod` without it says how to build it.
+HOROVOD_STAMP := $(VENV)/.horovod-$(shell echo '$(TORCH)' | tr -c 'a-zA-Z0-9\n' _)
+
+$(HOROVOD_STAMP): $(STAMP)
+	$(PY) -m jupyter_dist.frameworks.horovod --if-missing --quiet
+	touch $@
+
+horovod: $(HOROVOD_STAMP)
 
 # ruff, then the layers of docs/architecture.md (import-linter's contracts in pyproject.toml)
 lint: venv
@@ -45,7 +54,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cf
 
 test: venv lint jest pytest browser
 
-pytest: venv
+pytest: venv $(HOROVOD_STAMP)
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests notebooks $(NBVAL)
 
 # The JupyterLab extension: `pip install -e .` builds it (hatch-jupyter-builder); these rebuild and test it.

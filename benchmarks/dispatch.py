@@ -2,6 +2,9 @@
 
     .venv/bin/python benchmarks/dispatch.py [--repeat 30]
 
+A LOWER BOUND: this drives a terminal IPython (`start_ipython`, output redirected), so no kernel, no
+iopub and no widgets; what a notebook user waits for is `benchmarks/notebook.py` (real kernels).
+
 Prints medians and ratios (distrun / alternative) measured in this one run; never asserts.
 The cold alternatives (torchrun, Accelerate's notebook_launcher) start 4 processes per call, so
 they are measured a few times only.

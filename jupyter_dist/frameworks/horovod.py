@@ -6,8 +6,9 @@ Horovod's own HTTP rendezvous, started by an engine hook (`jupyter_dist.engine.f
 at `Layout.task_ports[0]`.
 Open MPI's per-rank variables (for the run's layout) are set too, for code written for MPI jobs.
 
-Horovod has no wheels: `python -m jupyter_dist.frameworks.horovod` builds its last release against
-the torch installed here (see `install`).
+Horovod has no wheels: `python -m jupyter_dist.frameworks.horovod` (or `make horovod`) builds its last
+release against the torch installed here (see `install`); `--if-missing` builds only where `horovod.torch`
+does not import (what `make test` runs before the tests, so `make demo` never compiles it).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 from jupyter_dist.engine.frameworks.horovod import NODES_VAR, serve_rendezvous
 from jupyter_dist.frameworks.base import Framework, RunContext, mpi_rank_env, omp_threads
 
 RELEASE = "horovod==0.28.1"
-INSTALL = (f"python -m jupyter_dist.frameworks.horovod builds {RELEASE} against the torch installed here "
-           "(a plain pip install of it fails on torch 2.x, whose headers need C++17)")
+INSTALL = (f"python -m jupyter_dist.frameworks.horovod builds {RELEASE} against the torch installed here, in "
+           "several minutes (as make horovod does; a plain pip install of it fails on torch 2.x, whose headers need C++17)")
 
 
 def node_names(ctx: RunContext) -> list[str]:
@@ -105,6 +107,13 @@ def build_env(workdir: str, cmake: str, jobs: int) -> dict[str, str]:
     return env
 
 
+def built() -> bool:
+    """Whether Horovod's torch extension imports here (built against this torch), in a child process:
+    importing it here would load torch into this one."""
+    probe = [sys.executable, "-c", "import horovod.torch"]
+    return subprocess.call(probe, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+
+
 def install(pip_args: list[str]) -> int:
     """Build and install Horovod for this Python's torch (several minutes: it compiles)."""
     cmake = shutil.which("cmake")
@@ -118,5 +127,18 @@ def install(pip_args: list[str]) -> int:
         return subprocess.call(cmd, env=env)
 
 
+def main(argv: list[str]) -> int:
+    """`[--if-missing] [pip args...]`: with `--if-missing`, nothing to do where Horovod already imports."""
+    if "--if-missing" in argv:
+        argv = [a for a in argv if a != "--if-missing"]
+        if built():
+            print("jupyter-dist: Horovod is built for this torch (`import horovod.torch` works); not building it", flush=True)
+            return 0
+    t0 = time.monotonic()
+    rc = install(argv)
+    print(f"jupyter-dist: {RELEASE} {'installed' if rc == 0 else 'failed to build'} in {time.monotonic() - t0:.0f} s", flush=True)
+    return rc
+
+
 if __name__ == "__main__":
-    sys.exit(install(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

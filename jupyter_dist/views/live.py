@@ -94,7 +94,12 @@ class RunView:
         except ImportError:
             return
         keys = [ALL, *ranks[: self.MAX_TABS]] if len(ranks) > 1 else list(ranks[:1]) or [ALL]
-        self.html = {k: widgets.HTML(value="") for k in keys}
+        # one layout and one style for the text widgets, not a pair each (every widget is a comm opened
+        # and closed per run: 61 at 16 ranks before, the most of a warm trivial cell's time in the kernel)
+        from ipywidgets.widgets.widget_string import HTMLStyle  # optional, heavy (as above)
+
+        shared = {"layout": widgets.Layout(), "style": HTMLStyle()}
+        self.html = {k: widgets.HTML(value="", **shared) for k in keys}
         if len(ranks) <= 1:
             body: Any = self.html[keys[0]]
             if ranks:
@@ -103,10 +108,11 @@ class RunView:
             body = widgets.Tab(children=[self.html[k] for k in keys])
             titles = ["all ranks"] + [f"rank {r}" for r in keys[1:]]
             body.titles = tuple(titles)
-        self.status = widgets.HTML(value="<span style='opacity:.7'>jupyter-dist: starting the run</span>")
+        self.status = widgets.HTML(value="<span style='opacity:.7'>jupyter-dist: starting the run</span>", **shared)
         # an inline SVG (views/svg_chart.py): drawing it costs the ranks far less CPU than a PNG
-        self.chart = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"))
-        self.resources = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"))
+        self.chart = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"), style=shared["style"])
+        self.resources = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"),
+                                      style=shared["style"])
         charts = widgets.HBox([self.chart, self.resources], layout=widgets.Layout(flex_flow="row wrap"))
         self.box = widgets.VBox([self.status, body, charts])
         self._widgets = [self.box, body, self.status, charts, self.chart, self.resources, *self.html.values()]

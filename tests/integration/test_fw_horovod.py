@@ -1,7 +1,8 @@
 """-f horovod on real engines (2 nodes x 2 processes, Gloo): Horovod's own view of the layout, training.
 
-Horovod has no wheels; `python -m jupyter_dist.frameworks.horovod` builds it (make test does). Without it,
--f horovod stops before anything starts with one sentence that says how to install it.
+Horovod has no wheels; `python -m jupyter_dist.frameworks.horovod` builds it (`make horovod`; `make test`
+builds it before the tests, `make demo` never does). Without it, -f horovod stops before anything starts with
+one sentence that says how to build it, and the tests that need it are skipped saying how to build it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from IPython.core.error import UsageError
 
 import jupyter_dist
 
-pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.engines, pytest.mark.horovod, pytest.mark.timeout(300)]
+NOT_BUILT = "Horovod is not built here: `make horovod` builds it (make test does, before the tests)"
 
 TRAIN = textwrap.dedent(
     """
@@ -48,13 +50,13 @@ def test_without_horovod_one_sentence(shell, monkeypatch):
         shell.run_cell_magic("distrun", "-f horovod -N 2 -n 2", "import horovod.torch as hvd\nhvd.init()")
     assert str(info.value) == (
         "-f horovod needs horovod, which is not installed here: python -m jupyter_dist.frameworks.horovod builds "
-        "horovod==0.28.1 against the torch installed here (a plain pip install of it fails on torch 2.x, whose "
-        "headers need C++17).")
+        "horovod==0.28.1 against the torch installed here, in several minutes (as make horovod does; a plain pip "
+        "install of it fails on torch 2.x, whose headers need C++17).")
     assert jupyter_dist.get_session().cluster.engines == []
 
 
 def test_horovod_ranks_and_training(distrun, shell):
-    pytest.importorskip("horovod.torch")
+    pytest.importorskip("horovod.torch", reason=NOT_BUILT)
     out = distrun("-f horovod -N 2 -n 2 -o result --timeout 240", TRAIN).out
     results = shell.user_ns["result"]
     for r, res in enumerate(results):
@@ -65,6 +67,6 @@ def test_horovod_ranks_and_training(distrun, shell):
 
 
 def test_rerun(distrun, shell):
-    pytest.importorskip("horovod.torch")
+    pytest.importorskip("horovod.torch", reason=NOT_BUILT)
     distrun("-f horovod -N 2 -n 2 -o result --timeout 120", TRAIN)  # hvd.init() again in warm engines
     assert [r["rank"] for r in shell.user_ns["result"]] == [0, 1, 2, 3]
