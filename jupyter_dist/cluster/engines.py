@@ -80,6 +80,7 @@ class EngineCluster:
     controller_ip: str = "127.0.0.1"
     agents: RankAgents = field(default_factory=RankAgents)  # each rank's agent: answers while a cell runs
     mpi_world_split: bool = False  # a rank was replaced: the engines no longer share one MPI world
+    spares: Any = None  # replacement engines started, not yet given their ranks (replacement.Spares)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -324,7 +325,7 @@ class EngineCluster:
         self.shape = None
         self.engines = []
         self.agents = RankAgents()
-        self.mpi_world_split = False
+        self.mpi_world_split, self.spares = False, None
         self._engines_changed()
         self.busy = False
         self.state = "stopped"
@@ -351,14 +352,11 @@ class EngineCluster:
             raise RuntimeError(f"cannot replace {ranks}: {why}")
         replacement.replace(self, ranks, say)
 
-    def condemn(self, ranks: list[int]) -> None:
-        """Kill these ranks' engines now (they did not stop); the next run replaces them."""
-        replacement.condemn(self, ranks)
-
-    def after_replacement(self) -> None:  # new engines: the watchdog's list, plans made for the old ones stale
-        self._write_pidfile()
-        self._engines_changed()
-        self._notify()
+    def start_replacements(self, ranks: list[int]) -> None:
+        """Kill these ranks' engines (dead or stuck) and start their replacements at once, to be
+        given the ranks by the next run; nothing where they cannot be replaced one by one."""
+        if replacement.why_not(self, ranks) is None:
+            replacement.start_spares(self, ranks)
 
     def restart(self) -> None:
         shape = self.shape

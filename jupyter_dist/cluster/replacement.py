@@ -18,6 +18,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jupyter_dist.cluster.agents import AgentAddress
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from jupyter_dist.cluster.engines import EngineCluster
 
 REPLACEABLE_LAUNCHERS = ("mpi", "local")
+ENGINE_SETS = {"mpi": "MPIEngineSetLauncher", "local": "LocalEngineSetLauncher"}  # ipyparallel's config sections
 
 
 def dead_ranks(cluster: EngineCluster) -> list[int]:
@@ -66,31 +68,69 @@ def condemn(cluster: EngineCluster, ranks: list[int]) -> None:
                 os.kill(e.pid, signal.SIGKILL)
 
 
-def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None] | None = None) -> None:
-    """Start one engine per rank in `ranks`, give each its rank, and put them in the cluster."""
+@dataclass
+class Spares:
+    """Replacement engines started (at a rank's death) before the next run gives them their ranks."""
+
+    count: int
+    known: set[int]  # engine ids before they were started: theirs are the others
+    started: float
+
+
+def start_spares(cluster: EngineCluster, ranks: list[int]) -> None:
+    """Kill these ranks' engines and start as many new ones (the launcher's kind; see the module)."""
     condemn(cluster, ranks)
+    if cluster.spares is None:
+        known = set(cluster.client.ids) | {e.engine_id for e in cluster.engines}
+        cluster.spares = Spares(0, known, time.monotonic())
+    survivors = [e.rank for e in cluster.engines if e.rank not in ranks]
+    preload = cluster.agents.ask("loaded", survivors[:1], timeout=1.0).results.get(survivors[0], []) if survivors else []
+    conf = getattr(cluster._cluster.config, ENGINE_SETS.get(cluster.shape.launcher if cluster.shape else "", "x"), None)
+    args = list(conf.engine_args) if conf is not None and "engine_args" in conf else []
+    if conf is not None and preload:
+        # imported while the engine starts, so not by the next cell: the rank it replaces had them
+        conf.engine_args = [*args, "--IPEngine.startup_command=import " + ", ".join(preload)]
+    try:
+        with in_this_session():
+            cluster._cluster.start_engines_sync(len(ranks))
+    finally:
+        if conf is not None and preload:
+            conf.engine_args = args
+    cluster.spares.count += len(ranks)
+
+
+def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None] | None = None) -> None:
+    """Give each rank in `ranks` a new engine (started now, or already at its death) and its rank."""
+    ranks = sorted(ranks)
+    spares: Spares | None = cluster.spares
+    if spares is None or spares.count < len(ranks):
+        start_spares(cluster, ranks if spares is None else ranks[spares.count:])
+        spares = cluster.spares
+    assert spares is not None
     client = cluster.client
-    known = set(client.ids) | {e.engine_id for e in cluster.engines}
-    t0 = time.monotonic()
-    with in_this_session():
-        cluster._cluster.start_engines_sync(len(ranks))
-    new = _wait_for_new(client, known, len(ranks), t0)
+    new = _wait_for_new(client, spares.known, len(ranks), spares.started)
     infos = client[new].apply_sync(engine_side.identify)
     pending = {}
-    for rank, eid, info in zip(sorted(ranks), new, infos, strict=True):
+    for rank, eid, info in zip(ranks, new, infos, strict=True):
         cluster.engines[rank] = dataclasses.replace(cluster.engines[rank], engine_id=eid, pid=info["pid"],
                                                     host=info["host"])
         pending[rank] = client[eid].apply_async(engine_side.assign_rank, rank, cluster.stack_dir,
                                                 cluster.agents.token, cluster.controller_ip)
     for rank, ar in pending.items():
         cluster.agents.addresses[rank] = AgentAddress(*ar.get(30))
+    cluster.spares = None
+    cluster.rotate_master_port()  # the survivors' group is replaced by one the new rank joins
     if cluster.shape is not None and cluster.shape.launcher == "mpi":
         cluster.mpi_world_split = True
-    cluster.after_replacement()
+    # new engines: the watchdog's list; what was pushed to the old ones and plans made for them are stale
+    cluster._write_pidfile()
+    cluster._engines_changed()
+    cluster._notify()
     if say is not None:
         kept = [e.rank for e in cluster.engines if e.rank not in ranks]
-        say(f"{_words(ranks)} {'was' if len(ranks) == 1 else 'were'} replaced by a new engine in "
-            f"{time.monotonic() - t0:.1f} s: {'its' if len(ranks) == 1 else 'their'} variables are gone; "
+        one = len(ranks) == 1
+        say(f"{_words(ranks)} {'was' if one else 'were'} replaced by a new engine (started "
+            f"{time.monotonic() - spares.started:.1f} s ago): {'its' if one else 'their'} variables are gone; "
             f"{_words(kept)} kept theirs")
 
 

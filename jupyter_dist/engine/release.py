@@ -59,6 +59,16 @@ def release(args: dict[str, Any]) -> dict[str, Any]:
     return {"group": had_group, "shut": shut, "interrupted": stopped}
 
 
+# heavy modules a replacement engine imports before it is needed, when the rank it replaces had them
+PRELOADABLE = ("torch.distributed", "numpy", "tensorflow", "transformers", "lightning", "deepspeed", "accelerate")
+
+
+def loaded(_: dict[str, Any] | None = None) -> list[str]:
+    """Agent op: which of PRELOADABLE this rank has imported (cluster/replacement.py asks a survivor)."""
+    return [m for m in PRELOADABLE if m in sys.modules]
+
+
 def register() -> None:
     arm()
     agent.register("release", release)
+    agent.register("loaded", loaded)

@@ -108,9 +108,21 @@ def native_stack(pid: int) -> list[str]:
             last = f"{type(e).__name__}: {e}"
             continue
         if done.returncode == 0 and done.stdout.strip():
-            return [line for line in done.stdout.splitlines() if line.strip()][1:]  # the first line names the process
+            return main_thread(done.stdout)
         last = (done.stderr or done.stdout).strip().splitlines()[0] if (done.stderr or done.stdout).strip() else "failed"
     return [f"(py-spy could not read pid {pid}: {last})"]
+
+
+def main_thread(dump: str) -> list[str]:
+    """The main thread's block of a py-spy dump (the cell's thread; the engine's own threads left out)."""
+    blocks: list[list[str]] = []
+    for line in dump.splitlines():
+        if line.startswith("Thread "):
+            blocks.append([line])
+        elif blocks and line.strip():
+            blocks[-1].append(line.strip())
+    main = next((b for b in blocks if '"MainThread"' in b[0]), blocks[0] if blocks else [])
+    return main or dump.splitlines()
 
 
 def _native_into(out: dict[int, list[str]], rank: int, pid: int) -> None:

@@ -238,7 +238,7 @@ class Runner:
             st.done, st.error = True, RuntimeError(f"rank {st.place.rank} {why}; its engine is replaced "
                                                    "by the next run (its variables are lost)")
             st.finished_at = time.monotonic()
-        self.cluster.condemn([st.place.rank for st in pending])
+        self.cluster.start_replacements([st.place.rank for st in pending])
 
     def _drain(self, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs, final: bool = False) -> bool:
         """Hand on what arrived since the last call; True if the ranks printed or displayed anything."""
@@ -323,7 +323,12 @@ class Runner:
         return values
 
     def _failure(self, failed: list[failures.Failure], finished: list[int]) -> RankFailure:
-        return failures.rank_failure(failures.with_notes(failed, self._death_notes(failed)), finished)
+        error = failures.rank_failure(failures.with_notes(failed, self._death_notes(failed)), finished)
+        dead = [f.rank for f in failed if f.died]
+        if dead and self.cluster.running:  # started now: registered by the time the next cell runs
+            with contextlib.suppress(Exception):
+                self.cluster.start_replacements(dead)
+        return error
 
     def _death_notes(self, failed: list[failures.Failure]) -> dict[int, str]:
         """How dead ranks ended: the exit code a rank announced or its crash file, else mpiexec's

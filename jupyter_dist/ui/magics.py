@@ -106,6 +106,10 @@ class DistMagics(Magics):
     def _dist_restart(self, rest: list[str]) -> None:
         if self.session.cluster.shape is None:
             raise UsageError("%dist restart: no cluster is running; %%distrun starts one.")
+        if rest:
+            ranks = parse_restart_ranks(rest, self.session.cluster.shape.world_size)
+            self.session.cluster.replace_ranks(ranks, say=lambda text: print(f"jupyter-dist: {text}", flush=True))
+            return
         self.session.cluster.restart()
         print(f"jupyter-dist: cluster restarted ({self.session.cluster.shape.world_size} engines)")
 
@@ -118,3 +122,18 @@ class DistMagics(Magics):
         exp = export.build(last.spec, last.code, options)
         export.write(exp)
         print(exp.summary(), flush=True)
+
+
+def parse_restart_ranks(rest: list[str], world_size: int) -> list[int]:
+    """`--rank 1,3` (or `--rank=1,3`) -> [1, 3], each a rank of the running world."""
+    text = " ".join(rest)
+    value = rest[1] if len(rest) == 2 and rest[0] == "--rank" else text.removeprefix("--rank=") if len(rest) == 1 else None
+    if value is None or value == text:
+        raise UsageError(f"%dist restart takes --rank R[,R...] or nothing, not {text!r}.")
+    try:
+        ranks = sorted({int(r) for r in value.split(",")})
+    except ValueError:
+        raise UsageError(f"%dist restart --rank {value}: ranks are numbers separated by commas, such as 1,3.") from None
+    if not ranks or any(r < 0 or r >= world_size for r in ranks):
+        raise UsageError(f"%dist restart --rank {value}: the running world has ranks 0-{world_size - 1}.")
+    return ranks

@@ -86,3 +86,12 @@ def test_hang_shape_reported_within_t_plus_5(distrun, shell, shape, capsys):
     print(text)
     record(f"hang_{shape}_timeout_{T}_report_s", round(took, 2))
     record(f"hang_{shape}_next_cell_s", round(after, 2))
+
+
+def test_backend_flag_is_init_process_groups_default(distrun, shell):
+    """With no backend argument torch makes an "undefined" group; --backend gloo is the default."""
+    distrun(f"{LAYOUT} --backend gloo -o b", "import torch.distributed as dist\n"
+            "if dist.is_initialized():\n    dist.destroy_process_group()\n"
+            "dist.init_process_group(init_method='env://')\nb = dist.get_backend()\n")
+    assert shell.user_ns["b"] == ["gloo"] * 4
+    every_rank_works(distrun, shell)
