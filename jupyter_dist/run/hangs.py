@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from jupyter_dist.common.hosts import is_local_host
 from jupyter_dist.run import stacks
 
 ASK_S = 1.0  # how long a rank's agent gets to answer; one that does not holds the GIL in native code
-PY_SPY_S = 3.0  # how long py-spy may take to read one process
+PY_SPY_S = 2.5  # how long py-spy may take to read one process (both tries)
 
 
 @dataclass
@@ -35,8 +36,10 @@ class Snapshot:
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def wait_native(self, timeout: float = PY_SPY_S + 0.5) -> None:
+        """py-spy's reads, all within one `timeout` (a rank whose read is late is shown without it)."""
+        end = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.0, end - time.monotonic()))
 
     def lines(self) -> list[str]:
         """Every rank's stack: ranks that stand in the same place together; native stacks after."""
@@ -100,10 +103,11 @@ def native_stack(pid: int) -> list[str]:
     if exe is None:
         return ["(py-spy is not installed: pip install py-spy)"]
     last = ""
+    end = time.monotonic() + PY_SPY_S
     for extra in (["--native"], []):
         try:
             done = subprocess.run([exe, "dump", "--pid", str(pid), *extra], capture_output=True, text=True,
-                                  timeout=PY_SPY_S, check=False)
+                                  timeout=max(0.1, end - time.monotonic()), check=False)
         except (OSError, subprocess.TimeoutExpired) as e:
             last = f"{type(e).__name__}: {e}"
             continue

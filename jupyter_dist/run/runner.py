@@ -18,6 +18,7 @@ from typing import Any
 
 from jupyter_dist.cluster.engines import EngineCluster
 from jupyter_dist.cluster.profile import state_dir
+from jupyter_dist.cluster.retention import prune_all
 from jupyter_dist.common import channel
 from jupyter_dist.common.files import read_crash
 from jupyter_dist.engine import setup as engine_side
@@ -37,6 +38,7 @@ STUCK_WAIT_S = 1.0  # how long a rank whose agent did not answer gets to stop be
 DEATH_NOTE_WAIT_S = 10.0  # how long mpiexec may take to report a dead rank's exit code or signal
 STREAMS = ("stdout", "stderr")
 _RUN_NUMBERS = itertools.count(1)  # with the pid, names each run's log folder uniquely
+_PRUNED = [-1e9]  # when old folders were last pruned (monotonic)
 
 
 @dataclass
@@ -83,6 +85,7 @@ class Runner:
         self._view_obj: Any = None
         self._group_gone = False  # a rank said the cell destroyed its torch group (engine.torch_group_gone)
         self.last_stacks: hangs.Snapshot | None = None  # the stacks a --timeout took
+        self.timeout_phases: dict[str, float] = {}  # seconds each step of the last --timeout report took
 
     # -- set-up --------------------------------------------------------------------
 
@@ -137,6 +140,7 @@ class Runner:
             self._drain(by_child, sink, logs, final=True)
             sink.finish()
             logs.close()
+            prune_old_folders()
             if self._group_gone:
                 # a re-made group on the same port could meet the old store: the next run gets a new one
                 self._group_gone = False
@@ -198,10 +202,14 @@ class Runner:
                     sink: OutputSink, logs: RankLogs) -> None:
         """Past --timeout: every running rank's stack (agents, py-spy), then all released; raises."""
         running = [st.place.rank for _, st in by_child if not st.done]
+        t0 = time.monotonic()
         snap = hangs.snapshot(self.cluster, running)
+        t1 = time.monotonic()
         stuck = self._stop_all(ar, by_child, sink, logs)
+        t2 = time.monotonic()
         snap.wait_native()
         self.last_stacks = snap
+        self.timeout_phases = {"stacks": t1 - t0, "stop": t2 - t1, "native": time.monotonic() - t2}
         raise failures.timeout_report(ex.timeout or 0, running, snap.lines(), stuck)
 
     def _stop_all(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs) -> list[int]:
@@ -348,6 +356,15 @@ class Runner:
             if notes or launcher_done or time.monotonic() > end:
                 return notes or (self.cluster.death_notes() if launcher_done else notes)
             time.sleep(0.1)
+
+
+def prune_old_folders(every_s: float = 60.0) -> None:
+    """Old log and profile folders past the setting (cluster/retention.py), at most once a minute."""
+    now = time.monotonic()
+    if now - _PRUNED[0] >= every_s:
+        _PRUNED[0] = now
+        with contextlib.suppress(OSError):
+            prune_all()
 
 
 def child_error(child: Any) -> BaseException | None:

@@ -14,6 +14,7 @@ from jupyter_dist.plan import spec as specmod
 from jupyter_dist.run.session import DistSession
 from jupyter_dist.tools import export
 from jupyter_dist.tools.diagnostics import doctor_report, run_allreduce_bench, show_bench, show_doctor
+from jupyter_dist.tools.logs import logs_report
 from jupyter_dist.views.panel import panel
 from jupyter_dist.views.status import show_status
 
@@ -66,14 +67,14 @@ class DistMagics(Magics):
 
     @line_magic
     def dist(self, line: str) -> Any:
-        """`%dist status|stop|restart|doctor|bench allreduce|export|panel`."""
+        """`%dist status|stop|restart [--rank R]|logs|doctor|bench allreduce|export|panel`."""
         args = shlex.split(line)
         if not args:
-            raise UsageError("%dist needs a command: status, stop, restart, doctor, bench, export or panel.")
+            raise UsageError("%dist needs a command: status, stop, restart, logs, doctor, bench, export or panel.")
         command, rest = args[0], args[1:]
         handler = getattr(self, f"_dist_{command}", None)
         if handler is None:
-            raise UsageError(f"%dist {command}: unknown command; use status, stop, restart, doctor, bench, export or panel.")
+            raise UsageError(f"%dist {command}: unknown command; use status, stop, restart, logs, doctor, bench, export or panel.")
         return handler(rest)
 
     def _dist_status(self, rest: list[str]) -> None:
@@ -112,6 +113,12 @@ class DistMagics(Magics):
             return
         self.session.cluster.restart()
         print(f"jupyter-dist: cluster restarted ({self.session.cluster.shape.world_size} engines)")
+
+    def _dist_logs(self, rest: list[str]) -> None:
+        """`%dist logs`: where recent runs' per-rank logs are, and what the retention keeps."""
+        if rest:
+            raise UsageError(f"%dist logs takes no arguments, not {' '.join(rest)!r}.")
+        print("\n".join(logs_report()))
 
     def _dist_export(self, rest: list[str]) -> None:
         """`%dist export [--format torchrun|mpirun|sbatch|azureml] [FILE]`: the last run as a script and its launcher."""

@@ -7,13 +7,19 @@ their variables and that a fresh `init_process_group` works on every rank afterw
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 import jupyter_dist
+from jupyter_dist.cluster.profile import state_dir
 from jupyter_dist.errors import RunTimeout
 from jupyter_dist.plan.defaults import STORE
+from jupyter_dist.plan.settings import settings
+from jupyter_dist.run import runner
 
 from .test_faults import record
 
@@ -82,7 +88,9 @@ def test_hang_shape_reported_within_t_plus_5(distrun, shell, shape, capsys):
     assert "no stack" not in text, text  # every running rank's stack is shown
     after = every_rank_works(distrun, shell)
     assert [e.pid for e in cluster().engines] == pids  # stopped, kept warm: not restarted
-    print(f"\n{shape}: --timeout {T}: reported after {took:.2f} s (T + {took - T:.2f} s); next cell {after:.2f} s")
+    phases = ", ".join(f"{k} {v:.2f} s" for k, v in jupyter_dist.get_session().runner.timeout_phases.items())
+    print(f"\n{shape}: --timeout {T}: reported after {took:.2f} s (T + {took - T:.2f} s: {phases}); "
+          f"next cell {after:.2f} s")
     print(text)
     record(f"hang_{shape}_timeout_{T}_report_s", round(took, 2))
     record(f"hang_{shape}_next_cell_s", round(after, 2))
@@ -95,3 +103,28 @@ def test_backend_flag_is_init_process_groups_default(distrun, shell):
             "dist.init_process_group(init_method='env://')\nb = dist.get_backend()\n")
     assert shell.user_ns["b"] == ["gloo"] * 4
     every_rank_works(distrun, shell)
+
+
+def test_old_log_folders_pruned_never_this_kernels(distrun, shell, capsys):
+    """Past keep_folders the oldest run folders go; this kernel's (the current run's too) stay."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    logs = state_dir() / "logs"
+    for i in range(6):
+        d = logs / f"20000101-00000{i}-{dead.pid}-{i}"
+        d.mkdir(parents=True, exist_ok=True)
+        os.utime(d, (1e6 + i, 1e6 + i))
+    keep = settings().keep_folders
+    settings().keep_folders = 2
+    runner._PRUNED[0] = -1e9
+    try:
+        distrun(LAYOUT, "pass")
+    finally:
+        settings().keep_folders = keep
+    names = [p.name for p in logs.iterdir()]
+    assert not any(f"-{dead.pid}-" in n for n in names)  # the dead kernel's old folders are gone
+    mine = [n for n in names if f"-{os.getpid()}-" in n]
+    assert mine and len(mine) == len(names)  # every folder of this live kernel is kept, past the limit too
+    shell.run_line_magic("dist", "logs")
+    out = capsys.readouterr().out
+    assert str(logs) in out and "retention: the newest 50 of each are kept" in out
