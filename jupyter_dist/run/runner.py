@@ -205,19 +205,22 @@ class Runner:
         t0 = time.monotonic()
         snap = hangs.snapshot(self.cluster, running)
         t1 = time.monotonic()
-        stuck = self._stop_all(ar, by_child, sink, logs)
+        stuck = self._stop_all(ar, by_child, sink, logs, deaf=set(snap.answers.missing))
         t2 = time.monotonic()
         snap.wait_native()
         self.last_stacks = snap
         self.timeout_phases = {"stacks": t1 - t0, "stop": t2 - t1, "native": time.monotonic() - t2}
         raise failures.timeout_report(ex.timeout or 0, running, snap.lines(), stuck)
 
-    def _stop_all(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs) -> list[int]:
+    def _stop_all(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs,
+                  deaf: set[int] | None = None) -> list[int]:
         """Release every rank of the run from its collectives and stop the running cells, through the
-        agents (the nanny's SIGINT for ranks whose agent does not answer); the ranks that did not
-        stop are killed, to be replaced by the next run. Returns those."""
+        agents (the nanny's SIGINT for ranks whose agent does not answer, and for `deaf` ones, whose
+        agent just did not); the ranks that did not stop are killed, to be replaced by the next run.
+        Returns those."""
         running = [st for _, st in by_child if not st.done]
-        answered = hangs.release(self.cluster, [st.place.rank for st in running],
+        deaf = deaf or set()
+        answered = hangs.release(self.cluster, [st.place.rank for st in running if st.place.rank not in deaf],
                                  [st.place.rank for _, st in by_child if st.done])
         self.interrupt([st for st in running if st.place.rank not in answered])
         self.cluster.rotate_master_port()  # the old group's store may still hold the port

@@ -70,6 +70,21 @@ def test_dead_rank_replaced_others_keep_their_variables(distrun, shell, kill, re
     record(f"time_to_next_cell_after_{how}_replaced_s", round(took, 2))
 
 
+def test_next_cell_after_reading_the_error(distrun, shell, capsys):
+    """The replacement starts at the death: a user who reads the error for a while waits less."""
+    warm_up(shell)
+    with pytest.raises(RankFailure):
+        shell.run_cell_magic("distrun", LAYOUT, GROUP + "if rank == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+                             "time.sleep(30)\n")
+    capsys.readouterr()
+    time.sleep(15)  # reading the error
+    took, out = next_cell(distrun, shell)
+    assert "rank 1 was replaced" in out
+    assert shell.user_ns["ok"] == [(4.0, 0), (4.0, None), (4.0, 2), (4.0, 3)]
+    print(f"\nsigkill, next cell 15 s after the error: {took:.2f} s\n{out}")
+    record("time_to_next_cell_15s_after_sigkill_s", round(took, 2))
+
+
 def test_rank_stuck_in_native_code_is_reported_and_replaced(distrun, shell, capsys):
     """The GIL held in C (a builtin's loop): no agent, no signal handler runs; py-spy reads its stack."""
     warm_up(shell)
