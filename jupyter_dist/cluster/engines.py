@@ -340,23 +340,15 @@ class EngineCluster:
 
     def replace_dead(self, say: Callable[[str], None] | None = None) -> bool:
         """Replace the ranks whose engines died, keeping the others; False where that cannot be done."""
-        dead = replacement.dead_ranks(self)
-        if replacement.why_not(self, dead) is not None:
-            return False
-        replacement.replace(self, dead, say)
-        return True
+        return replacement.replace_dead(self, say)
 
     def replace_ranks(self, ranks: list[int], say: Callable[[str], None] | None = None) -> None:
         """`%dist restart --rank R`: these ranks' engines killed and replaced; the others keep their state."""
-        if (why := replacement.why_not(self, ranks)) is not None:
-            raise RuntimeError(f"cannot replace {ranks}: {why}")
-        replacement.replace(self, ranks, say)
+        replacement.replace_by_hand(self, ranks, say)
 
     def start_replacements(self, ranks: list[int]) -> None:
-        """Kill these ranks' engines (dead or stuck) and start their replacements at once, to be
-        given the ranks by the next run; nothing where they cannot be replaced one by one."""
-        if replacement.why_not(self, ranks) is None:
-            replacement.start_spares(self, ranks)
+        """Kill these ranks' engines (dead or stuck) and start their replacements now, for the next run."""
+        replacement.start_spares(self, ranks, only_if_replaceable=True)
 
     def restart(self) -> None:
         shape = self.shape

@@ -77,8 +77,31 @@ class Spares:
     started: float
 
 
-def start_spares(cluster: EngineCluster, ranks: list[int]) -> None:
+def replace_dead(cluster: EngineCluster, say: Callable[[str], None] | None = None) -> bool:
+    """Replace the ranks whose engines died; False where that cannot be done or failed (the caller
+    restarts the whole cluster then)."""
+    dead = dead_ranks(cluster)
+    if why_not(cluster, dead) is not None:
+        return False
+    try:
+        replace(cluster, dead, say)
+    except Exception as e:  # noqa: BLE001 - the whole cluster restarts instead, and says so
+        if say is not None:
+            say(f"the replacement of {_words(dead)} failed ({type(e).__name__}: {e})")
+        return False
+    return True
+
+
+def replace_by_hand(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None] | None = None) -> None:
+    if (why := why_not(cluster, ranks)) is not None:
+        raise RuntimeError(f"{_words(ranks)} cannot be replaced alone: {why}; %dist restart restarts every rank")
+    replace(cluster, ranks, say)
+
+
+def start_spares(cluster: EngineCluster, ranks: list[int], only_if_replaceable: bool = False) -> None:
     """Kill these ranks' engines and start as many new ones (the launcher's kind; see the module)."""
+    if only_if_replaceable and why_not(cluster, ranks) is not None:
+        return
     condemn(cluster, ranks)
     if cluster.spares is None:
         known = set(cluster.client.ids) | {e.engine_id for e in cluster.engines}

@@ -109,7 +109,10 @@ class DistMagics(Magics):
             raise UsageError("%dist restart: no cluster is running; %%distrun starts one.")
         if rest:
             ranks = parse_restart_ranks(rest, self.session.cluster.shape.world_size)
-            self.session.cluster.replace_ranks(ranks, say=lambda text: print(f"jupyter-dist: {text}", flush=True))
+            try:
+                self.session.cluster.replace_ranks(ranks, say=lambda text: print(f"jupyter-dist: {text}", flush=True))
+            except RuntimeError as e:
+                raise UsageError(f"%dist restart --rank: {e}.") from None
             return
         self.session.cluster.restart()
         print(f"jupyter-dist: cluster restarted ({self.session.cluster.shape.world_size} engines)")
