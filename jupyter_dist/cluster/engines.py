@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_dist.cluster import hosts as hostmod
-from jupyter_dist.cluster import watchdog
+from jupyter_dist.cluster import replacement, watchdog
 from jupyter_dist.cluster.agents import AgentAddress, RankAgents
 from jupyter_dist.cluster.launch_session import in_this_session
 from jupyter_dist.cluster.launchers import Launcher, launcher_for
@@ -79,6 +79,8 @@ class EngineCluster:
     node_fabrics: tuple[Any, ...] = ()
     controller_ip: str = "127.0.0.1"
     agents: RankAgents = field(default_factory=RankAgents)  # each rank's agent: answers while a cell runs
+    mpi_world_split: bool = False  # a rank was replaced: the engines no longer share one MPI world
+    spares: Any = None  # replacement engines started, not yet given their ranks (replacement.Spares)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -114,6 +116,8 @@ class EngineCluster:
         if self.shape == shape and self.alive():
             if not self.master_port and self.node_addrs:
                 self._master_port_on_node0()
+            return False
+        if self.shape == shape and self._client is not None and self.replace_dead(say):
             return False
         if self._client is not None:
             before = self.shape.describe() if self.shape is not None else "none"
@@ -254,8 +258,8 @@ class EngineCluster:
         return self._controller_ports
 
     def launcher_running(self) -> bool:
-        """Whether the engines' launcher (mpiexec) is still there; it reports deaths as it ends."""
-        return self._launcher is not None and self._launcher.running(self._engine_set())
+        """Whether the engines' launcher (mpiexec) is still there and will report deaths as it ends."""
+        return self._launcher is not None and self._launcher.ends_job_on_death and self._launcher.running(self._engine_set())
 
     def death_notes(self) -> dict[int, str]:
         """What the launcher said about ranks that died: rank -> 'exited with code 3' / 'was killed by signal 9 (Killed)'."""
@@ -332,6 +336,7 @@ class EngineCluster:
         self.shape = None
         self.engines = []
         self.agents = RankAgents()
+        self.mpi_world_split, self.spares = False, None
         self._engines_changed()
         self.busy = False
         self.state = "stopped"
@@ -341,6 +346,20 @@ class EngineCluster:
         """New engines, or none: what was pushed to the old ones and plans made for them are stale."""
         self.applied = None
         self.generation += 1
+
+    # -- one rank at a time (cluster/replacement.py) -------------------------------------
+
+    def replace_dead(self, say: Callable[[str], None] | None = None) -> bool:
+        """Replace the ranks whose engines died, keeping the others; False where that cannot be done."""
+        return replacement.replace_dead(self, say)
+
+    def replace_ranks(self, ranks: list[int], say: Callable[[str], None] | None = None) -> None:
+        """`%dist restart --rank R`: these ranks' engines killed and replaced; the others keep their state."""
+        replacement.replace_by_hand(self, ranks, say)
+
+    def start_replacements(self, ranks: list[int]) -> None:
+        """Kill these ranks' engines (dead or stuck) and start their replacements now, for the next run."""
+        replacement.start_spares(self, ranks, only_if_replaceable=True)
 
     def restart(self) -> None:
         shape = self.shape

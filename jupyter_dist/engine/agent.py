@@ -52,6 +52,12 @@ def start(token: str, host: str = "127.0.0.1") -> tuple[str, int]:
     return addr, port
 
 
+def listening_port() -> int:
+    """The agent's port (0 before it started): connections to it are never cut (faults.shut_peer_sockets)."""
+    server = _state["server"]
+    return server.getsockname()[1] if server is not None else 0
+
+
 def _serve(server: socket.socket) -> None:
     while True:
         try:

@@ -35,7 +35,12 @@ BEFORE_CELL: list[Callable[[str], None]] = []
 # Run on every rank after each cell; each returns (key, data) to send back (publish), or None.
 END_OF_CELL: list[Callable[[], tuple[str, Any] | None]] = []
 
-_state: dict[str, Any] = {"watching": False, "code": "", "show_value": False, "ours": False}
+_state: dict[str, Any] = {"watching": False, "code": "", "show_value": False, "ours": False, "running": False}
+
+
+def cell_running() -> bool:
+    """Whether a cell runs now (between its pre_execute and post_execute)."""
+    return bool(_state["running"])
 
 
 def add_hook(hooks: list[Any], fn: Any) -> None:
@@ -77,6 +82,7 @@ def _before_cell() -> None:
     entry.bind(shell.user_ns)
     code, ours = request(shell)
     _state["code"], _state["show_value"], _state["ours"] = code, ours, ours
+    _state["running"] = True
     for hook in BEFORE_CELL:
         hook(code)
     if ours:
@@ -85,6 +91,7 @@ def _before_cell() -> None:
 
 def _after_cell() -> None:
     ours, _state["show_value"], _state["ours"] = _state["ours"], False, False
+    _state["running"] = False
     for hook in END_OF_CELL:
         item = hook()
         if item is not None:

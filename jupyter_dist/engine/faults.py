@@ -76,13 +76,14 @@ def abort_collectives(protected_ports: tuple[int, ...] = ()) -> int:
     return shut_peer_sockets(set(protected_ports))
 
 
-def shut_peer_sockets(protected: set[int]) -> int:
-    """Shut this process's established TCP connections, but those to a port in `protected`."""
+def shut_peer_sockets(protected: set[int], keep_local: set[int] | None = None) -> int:
+    """Shut this process's established TCP connections, but those to a port in `protected` and
+    those on a local port in `keep_local` (the agent's own)."""
     shut = 0
     for conn in psutil.Process().net_connections(kind="tcp"):
         if conn.status != psutil.CONN_ESTABLISHED or not conn.raddr or conn.fd < 0:
             continue
-        if conn.raddr.port in protected:
+        if conn.raddr.port in protected or (keep_local and conn.laddr.port in keep_local):
             continue
         with contextlib.suppress(OSError):
             sock = socket.socket(fileno=os.dup(conn.fd))

@@ -5,15 +5,17 @@ torch is imported only by the hooks that need it; the rest look in `sys.modules`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
 
 from jupyter_dist.common.channel import GROUP_GONE
-from jupyter_dist.engine.cells import END_OF_CELL, add_hook
+from jupyter_dist.engine.cells import BEFORE_CELL, END_OF_CELL, add_hook
 
-# the world of the group this engine's init_process_group made: (backend, size, rank, addr, port, init)
-_state: dict[str, Any] = {"world": None}
+# the world of the group this engine's init_process_group made: (backend, size, rank, addr, port, init);
+# broken: a release (engine/release.py) shut the group's sockets, it is destroyed on the main thread
+_state: dict[str, Any] = {"world": None, "broken": False}
 
 
 def cuda_set_device() -> None:
@@ -45,6 +47,7 @@ def torch_idempotent_init() -> None:
     original = dist.init_process_group
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = with_default_backend(args, kwargs)
         want = _wanted_world(args, kwargs)
         if dist.is_initialized():
             if _state["world"] == want:
@@ -61,6 +64,39 @@ def torch_idempotent_init() -> None:
     init_process_group.__doc__ = original.__doc__
     dist.init_process_group = init_process_group
     add_hook(END_OF_CELL, torch_group_gone)
+    add_hook(BEFORE_CELL, destroy_broken_group)
+
+
+def with_default_backend(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`--backend` (JUPYTER_DIST_BACKEND) as the backend of an `init_process_group()` that names
+    none; a backend the cell names wins. torch alone would make a group whose backend is "undefined"."""
+    chosen = os.environ.get("JUPYTER_DIST_BACKEND", "")
+    if args or kwargs.get("backend") is not None or chosen in ("", "auto"):
+        return args, kwargs
+    return args, {**kwargs, "backend": chosen}
+
+
+def mark_group_broken() -> None:
+    """The group's sockets were shut (from the agent's thread): the main thread destroys it next."""
+    _state["broken"] = True
+    forget_world()
+
+
+def _destroy_if_broken() -> bool:
+    if not _state["broken"]:
+        return False
+    _state["broken"] = False
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    forget_world()
+    return True
+
+
+def destroy_broken_group(code: str = "") -> None:
+    """Before a cell: a group released while no cell ran is destroyed before the cell can use it."""
+    _destroy_if_broken()
 
 
 def torch_group_gone() -> tuple[str, Any] | None:
@@ -71,6 +107,8 @@ def torch_group_gone() -> tuple[str, Any] | None:
     docs/reliability.md); with a new port it does not. The notebook takes a new master port
     for the next run when it gets `GROUP_GONE`.
     """
+    if _destroy_if_broken():
+        return GROUP_GONE, True
     if _state["world"] is None:
         return None
     dist = sys.modules.get("torch.distributed")

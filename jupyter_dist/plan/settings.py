@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from traitlets import Float, Unicode, default
+from traitlets import Float, Int, Unicode, default
 from traitlets.config import Configurable
 
 
@@ -35,6 +35,9 @@ class DistSettings(Configurable):
                                  "(default $JUPYTER_DIST_INTERRUPT_GRACE, else 5).").tag(config=True)
     output_wait = Float(help="Seconds to wait for the ranks' last output once the cell ended "
                              "(default $JUPYTER_DIST_OUTPUT_WAIT, else 60).").tag(config=True)
+    keep_folders = Int(help="How many per-run log folders, and how many cluster profile folders, to keep under "
+                            "state_dir; older ones are removed, never the current run's nor a live kernel's "
+                            "(default $JUPYTER_DIST_KEEP_FOLDERS, else 50; 0 keeps all).").tag(config=True)
 
     @default("state_dir")
     def _state_dir(self) -> str:
@@ -51,6 +54,10 @@ class DistSettings(Configurable):
     @default("interrupt_grace")
     def _interrupt_grace(self) -> float:
         return _env_float("JUPYTER_DIST_INTERRUPT_GRACE", 5.0)
+
+    @default("keep_folders")
+    def _keep_folders(self) -> int:
+        return int(_env_float("JUPYTER_DIST_KEEP_FOLDERS", 50))
 
     @default("output_wait")
     def _output_wait(self) -> float:

@@ -24,6 +24,8 @@ What = Literal["exception", "exit", "death", "timeout"]
 NO_EXIT_CODE = "its engine process ended with no exit code: a signal such as SIGKILL, or the OOM killer"
 OTHERS_SHOWN = 8  # lines of the traceback shown for each rank that failed after the first
 CRASH_PREFIX = "Fatal Python error: "
+DEATH_LINE = ("--- the next run replaces the dead rank's engine (its variables are lost) and the other ranks keep "
+              "theirs; where it cannot (another host, a launcher that ended every rank), it restarts the cluster")
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def report_lines(order: list[Failure], finished: Iterable[int]) -> list[str]:
     if done:
         lines.append("--- finished normally: rank " + ", ".join(str(r) for r in done))
     if any(f.died for f in order):
-        lines.append("--- the next run restarts the cluster; variables on the ranks are lost")
+        lines.append(DEATH_LINE)
     return lines
 
 
@@ -172,4 +174,20 @@ def run_timeout(timeout: float, pending: Iterable[Failure]) -> RunTimeout:
         lines.append(f"--- rank {f.rank} was still running; its Python stack:")
         lines.extend(f.traceback)
     ranks = ", ".join(str(f.rank) for f in stalled_ranks)
+    return RunTimeout(f"the run passed --timeout {timeout:g} s; still running: rank(s) {ranks}", lines)
+
+
+def timeout_report(timeout: float, running: Iterable[int], stack_lines: Iterable[str],
+                   stuck: Iterable[int] = ()) -> RunTimeout:
+    """The error of a run past --timeout: who was still running, every rank's stack (grouped, from the
+    agents; native where Python did not answer), and which ranks could not be stopped."""
+    ranks = ", ".join(str(r) for r in running)
+    lines = ["--- the ranks' stacks at the deadline:", *stack_lines]
+    stuck = list(stuck)
+    if stuck:
+        lines.append("--- rank(s) " + ", ".join(str(r) for r in stuck) + " did not stop: their engines were killed and "
+                     "the next run replaces them (their variables are lost); the other ranks keep theirs")
+    else:
+        lines.append("--- every rank stopped and keeps its variables; a torch process group the hang left "
+                     "broken was destroyed: the next init_process_group makes a fresh one")
     return RunTimeout(f"the run passed --timeout {timeout:g} s; still running: rank(s) {ranks}", lines)

@@ -18,8 +18,9 @@ from typing import Any
 
 from jupyter_dist.cluster.engines import EngineCluster
 from jupyter_dist.cluster.profile import state_dir
+from jupyter_dist.cluster.retention import prune_all
 from jupyter_dist.common import channel
-from jupyter_dist.common.files import read_crash, read_stack
+from jupyter_dist.common.files import read_crash
 from jupyter_dist.engine import setup as engine_side
 from jupyter_dist.engine.cells import CELL_LABEL
 from jupyter_dist.engine.faults import abort_collectives
@@ -27,15 +28,17 @@ from jupyter_dist.engine.user_vars import fetch_user
 from jupyter_dist.errors import OutputFetchError, RankFailure
 from jupyter_dist.plan.layout import Layout, RankPlace
 from jupyter_dist.plan.settings import settings
-from jupyter_dist.run import failures
+from jupyter_dist.run import failures, hangs
 from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
 
 POLL_FIRST_S = 0.05  # a short cell ends within it, with no poll in between
 POLL_S = 0.01  # while output flows
 POLL_MAX_S = 0.1  # while the ranks are quiet
+STUCK_WAIT_S = 1.0  # how long a rank whose agent did not answer gets to stop before it is given up
 DEATH_NOTE_WAIT_S = 10.0  # how long mpiexec may take to report a dead rank's exit code or signal
 STREAMS = ("stdout", "stderr")
 _RUN_NUMBERS = itertools.count(1)  # with the pid, names each run's log folder uniquely
+_PRUNED = [-1e9]  # when old folders were last pruned (monotonic)
 
 
 @dataclass
@@ -81,6 +84,8 @@ class Runner:
         self._views_key: tuple[int, tuple[int, ...]] | None = None
         self._view_obj: Any = None
         self._group_gone = False  # a rank said the cell destroyed its torch group (engine.torch_group_gone)
+        self.last_stacks: hangs.Snapshot | None = None  # the stacks a --timeout took
+        self.timeout_phases: dict[str, float] = {}  # seconds each step of the last --timeout report took
 
     # -- set-up --------------------------------------------------------------------
 
@@ -135,6 +140,7 @@ class Runner:
             self._drain(by_child, sink, logs, final=True)
             sink.finish()
             logs.close()
+            prune_old_folders()
             if self._group_gone:
                 # a re-made group on the same port could meet the old store: the next run gets a new one
                 self._group_gone = False
@@ -157,9 +163,9 @@ class Runner:
                  sink: OutputSink, logs: RankLogs, t0: float) -> None:
         deadline = t0 + ex.timeout if ex.timeout else None
         first_fail: float | None = None
-        interrupted_at: float | None = None
+        stopped = False
         poll = POLL_FIRST_S
-        fail_grace, interrupt_grace = settings().fail_grace, settings().interrupt_grace
+        fail_grace = settings().fail_grace
         try:
             while True:
                 # the end of the run wakes this wait at once, whatever the poll; between polls the
@@ -182,44 +188,68 @@ class Runner:
                             self._abort_groups([st])
                 if ready:
                     return
-                if first_fail is not None:
-                    pending = [st for _, st in by_child if not st.done]
-                    if interrupted_at is None and now - first_fail > fail_grace:
-                        self.interrupt(pending)
-                        interrupted_at = now
-                    elif interrupted_at is not None and now - interrupted_at > interrupt_grace:
-                        self._give_up(pending, "did not stop after the interrupt")
-                        return
+                if first_fail is not None and not stopped and now - first_fail > fail_grace:
+                    # the ranks still running are stopped; the loop records how each ended
+                    self._stop_all(ar, by_child, sink, logs)
+                    stopped = True
                 if deadline is not None and now > deadline:
-                    pending = [st for _, st in by_child if not st.done]
-                    stacks = self.stacks(pending)
-                    # a rank waiting in a collective that another rank skipped is released
-                    # when the finished ranks' groups go away
-                    self._abort_groups([st for _, st in by_child if st.done])
-                    self.interrupt(pending)
-                    self._wait_stopped(ar, by_child, sink, logs)
-                    stalled = [failures.stalled(st.place, now, stacks.get(st.place.rank, "(no stack)")) for st in pending]
-                    raise failures.run_timeout(ex.timeout, stalled)
+                    self._on_timeout(ar, by_child, ex, sink, logs)
         except KeyboardInterrupt:
-            pending = [st for _, st in by_child if not st.done]
-            self.interrupt(pending)
-            self._abort_groups([st for _, st in by_child if st.done])
-            self._wait_stopped(ar, by_child, sink, logs)
+            self._stop_all(ar, by_child, sink, logs)
             raise
 
-    def _wait_stopped(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs) -> None:
-        end = time.monotonic() + settings().interrupt_grace
+    def _on_timeout(self, ar: Any, by_child: list[tuple[Any, RankState]], ex: Execution,
+                    sink: OutputSink, logs: RankLogs) -> None:
+        """Past --timeout: every running rank's stack (agents, py-spy), then all released; raises."""
+        running = [st.place.rank for _, st in by_child if not st.done]
+        t0 = time.monotonic()
+        snap = hangs.snapshot(self.cluster, running)
+        t1 = time.monotonic()
+        stuck = self._stop_all(ar, by_child, sink, logs, deaf=set(snap.answers.missing))
+        t2 = time.monotonic()
+        snap.wait_native()
+        self.last_stacks = snap
+        self.timeout_phases = {"stacks": t1 - t0, "stop": t2 - t1, "native": time.monotonic() - t2}
+        raise failures.timeout_report(ex.timeout or 0, running, snap.lines(), stuck)
+
+    def _stop_all(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs,
+                  deaf: set[int] | None = None) -> list[int]:
+        """Release every rank of the run from its collectives and stop the running cells, through the
+        agents (the nanny's SIGINT for ranks whose agent does not answer, and for `deaf` ones, whose
+        agent just did not); the ranks that did not stop are killed, to be replaced by the next run.
+        Returns those."""
+        running = [st for _, st in by_child if not st.done]
+        deaf = deaf or set()
+        answered = hangs.release(self.cluster, [st.place.rank for st in running if st.place.rank not in deaf],
+                                 [st.place.rank for _, st in by_child if st.done])
+        self.interrupt([st for st in running if st.place.rank not in answered])
+        self.cluster.rotate_master_port()  # the old group's store may still hold the port
+        return self._wait_stopped(ar, by_child, sink, logs, set(answered))
+
+    def _wait_stopped(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs,
+                      answered: set[int] | None = None) -> list[int]:
+        """Wait for the ranks to stop: up to interrupt_grace, but only STUCK_WAIT_S once every rank still
+        running is one whose agent did not answer (its main thread holds the GIL in native code)."""
+        t0 = time.monotonic()
+        end = t0 + settings().interrupt_grace
         while not ar.wait(0.05) and time.monotonic() < end:
             self._drain(by_child, sink, logs)
-        if not ar.ready():
-            self._give_up([st for child, st in by_child if not child.done()], "did not stop after the interrupt")
+            left = [st for child, st in by_child if not child.done()]
+            if answered is not None and time.monotonic() - t0 > STUCK_WAIT_S and \
+                    all(st.place.rank not in answered for st in left):
+                break
+        stuck = [st for child, st in by_child if not child.done()]
+        if stuck:
+            self._give_up(stuck, "did not stop after the interrupt")
+        return [st.place.rank for st in stuck]
 
     def _give_up(self, pending: list[RankState], why: str) -> None:
-        """Ranks stuck in native code: the cluster is restarted by the next run."""
+        """Ranks stuck in native code: their engines are killed now and replaced by the next run."""
         for st in pending:
-            st.done, st.error = True, RuntimeError(f"rank {st.place.rank} {why}; its engine will be restarted")
+            st.done, st.error = True, RuntimeError(f"rank {st.place.rank} {why}; its engine is replaced "
+                                                   "by the next run (its variables are lost)")
             st.finished_at = time.monotonic()
-        self.cluster.stop()
+        self.cluster.start_replacements([st.place.rank for st in pending])
 
     def _drain(self, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs, final: bool = False) -> bool:
         """Hand on what arrived since the last call; True if the ranks printed or displayed anything."""
@@ -280,19 +310,6 @@ class Runner:
         # the old group's store may still hold the master port: the next group gets a fresh one
         self.cluster.rotate_master_port()
 
-    def stacks(self, states: list[RankState]) -> dict[int, str]:
-        """Each rank's Python stack, dumped by the engine's SIGUSR1 handler."""
-        if not states:
-            return {}
-        with contextlib.suppress(Exception):
-            self.cluster.client.send_signal(signal.SIGUSR1, targets=[st.engine_id for st in states], block=True)
-        time.sleep(0.3)
-        stack_dir = self.cluster.stack_dir
-        out = {}
-        for st in states:
-            out[st.place.rank] = read_stack(stack_dir, st.place.rank)
-        return out
-
     # -- results -------------------------------------------------------------------
 
     def fetch(self, name: str, ranks: tuple[int, ...]) -> dict[int, Any]:
@@ -317,7 +334,12 @@ class Runner:
         return values
 
     def _failure(self, failed: list[failures.Failure], finished: list[int]) -> RankFailure:
-        return failures.rank_failure(failures.with_notes(failed, self._death_notes(failed)), finished)
+        error = failures.rank_failure(failures.with_notes(failed, self._death_notes(failed)), finished)
+        dead = [f.rank for f in failed if f.died]
+        if dead and self.cluster.running:  # started now: registered by the time the next cell runs
+            with contextlib.suppress(Exception):
+                self.cluster.start_replacements(dead)
+        return error
 
     def _death_notes(self, failed: list[failures.Failure]) -> dict[int, str]:
         """How dead ranks ended: the exit code a rank announced or its crash file, else mpiexec's
@@ -337,6 +359,15 @@ class Runner:
             if notes or launcher_done or time.monotonic() > end:
                 return notes or (self.cluster.death_notes() if launcher_done else notes)
             time.sleep(0.1)
+
+
+def prune_old_folders(every_s: float = 60.0) -> None:
+    """Old log and profile folders past the setting (cluster/retention.py), at most once a minute."""
+    now = time.monotonic()
+    if now - _PRUNED[0] >= every_s:
+        _PRUNED[0] = now
+        with contextlib.suppress(OSError):
+            prune_all()
 
 
 def child_error(child: Any) -> BaseException | None:

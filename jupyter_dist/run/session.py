@@ -143,6 +143,11 @@ class DistSession:
         """Engines of the right shape, the layout with real ports, every rank's environment."""
         spec = p.spec
         self.cluster.ensure(self.shape_of(spec), progress=self.display.start_progress(), say=say)
+        if self.cluster.mpi_world_split and (p.framework.family == "mpi" or p.backend == "mpi"):
+            # a replaced rank has an MPI world of its own (cluster/replacement.py): MPI needs one world
+            say(f"-f {p.framework.name} needs one MPI world, and a replaced rank is not in the others': restarting the cluster")
+            self.cluster.stop()
+            self.cluster.ensure(self.shape_of(spec), progress=self.display.start_progress(), say=say)
         if why := p.framework.stale_engines(self.cluster, spec, self._layout(spec), p.backend):
             say(why)
             self.cluster.stop()

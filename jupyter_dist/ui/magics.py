@@ -14,6 +14,7 @@ from jupyter_dist.plan import spec as specmod
 from jupyter_dist.run.session import DistSession
 from jupyter_dist.tools import export
 from jupyter_dist.tools.diagnostics import doctor_report, run_allreduce_bench, show_bench, show_doctor
+from jupyter_dist.tools.logs import logs_report
 from jupyter_dist.views.panel import panel
 from jupyter_dist.views.status import show_status
 
@@ -66,14 +67,15 @@ class DistMagics(Magics):
 
     @line_magic
     def dist(self, line: str) -> Any:
-        """`%dist status|stop|restart|stacks|doctor|bench allreduce|export|panel`."""
+        """`%dist status|stop|restart [--rank R]|stacks|logs|doctor|bench allreduce|export|panel`."""
         args = shlex.split(line)
         if not args:
-            raise UsageError("%dist needs a command: status, stop, restart, stacks, doctor, bench, export or panel.")
+            raise UsageError("%dist needs a command: status, stop, restart, stacks, logs, doctor, bench, export or panel.")
         command, rest = args[0], args[1:]
         handler = getattr(self, f"_dist_{command}", None)
         if handler is None:
-            raise UsageError(f"%dist {command}: unknown command; use status, stop, restart, stacks, doctor, bench, export or panel.")
+            raise UsageError(f"%dist {command}: unknown command; use status, stop, restart, stacks, logs, doctor, bench, "
+                             "export or panel.")
         return handler(rest)
 
     def _dist_status(self, rest: list[str]) -> None:
@@ -113,8 +115,21 @@ class DistMagics(Magics):
     def _dist_restart(self, rest: list[str]) -> None:
         if self.session.cluster.shape is None:
             raise UsageError("%dist restart: no cluster is running; %%distrun starts one.")
+        if rest:
+            ranks = parse_restart_ranks(rest, self.session.cluster.shape.world_size)
+            try:
+                self.session.cluster.replace_ranks(ranks, say=lambda text: print(f"jupyter-dist: {text}", flush=True))
+            except RuntimeError as e:
+                raise UsageError(f"%dist restart --rank: {e}.") from None
+            return
         self.session.cluster.restart()
         print(f"jupyter-dist: cluster restarted ({self.session.cluster.shape.world_size} engines)")
+
+    def _dist_logs(self, rest: list[str]) -> None:
+        """`%dist logs`: where recent runs' per-rank logs are, and what the retention keeps."""
+        if rest:
+            raise UsageError(f"%dist logs takes no arguments, not {' '.join(rest)!r}.")
+        print("\n".join(logs_report()))
 
     def _dist_export(self, rest: list[str]) -> None:
         """`%dist export [--format torchrun|mpirun|sbatch|azureml] [FILE]`: the last run as a script and its launcher."""
@@ -125,3 +140,18 @@ class DistMagics(Magics):
         exp = export.build(last.spec, last.code, options)
         export.write(exp)
         print(exp.summary(), flush=True)
+
+
+def parse_restart_ranks(rest: list[str], world_size: int) -> list[int]:
+    """`--rank 1,3` (or `--rank=1,3`) -> [1, 3], each a rank of the running world."""
+    text = " ".join(rest)
+    value = rest[1] if len(rest) == 2 and rest[0] == "--rank" else text.removeprefix("--rank=") if len(rest) == 1 else None
+    if value is None or value == text:
+        raise UsageError(f"%dist restart takes --rank R[,R...] or nothing, not {text!r}.")
+    try:
+        ranks = sorted({int(r) for r in value.split(",")})
+    except ValueError:
+        raise UsageError(f"%dist restart --rank {value}: ranks are numbers separated by commas, such as 1,3.") from None
+    if not ranks or any(r < 0 or r >= world_size for r in ranks):
+        raise UsageError(f"%dist restart --rank {value}: the running world has ranks 0-{world_size - 1}.")
+    return ranks

@@ -85,7 +85,8 @@ def test_a_death_with_no_word_is_named_as_such():
     assert err.summary == ("rank 1 died (its engine process ended with no exit code: a signal such as SIGKILL, "
                            "or the OOM killer); failed ranks: 1")
     assert err.report[:2] == ["--- rank 1 (node 0, local rank 1) failed first:", "its engine process ended with no exit code"]
-    assert err.report[-1] == "--- the next run restarts the cluster; variables on the ranks are lost"
+    assert err.report[-1] == failures.DEATH_LINE
+    assert "replaces the dead rank's engine" in err.report[-1]
 
 
 def test_the_rank_the_launcher_names_comes_first_among_deaths():

@@ -23,6 +23,8 @@ class Launcher(ABC):
 
     name: ClassVar[str]
     engines: ClassVar[str] = "local"  # ipyparallel's engine launcher (`ipyparallel.Cluster(engines=...)`)
+    # whether one engine's death ends the others (mpiexec's default), and the launcher then says how it died
+    ends_job_on_death: ClassVar[bool] = True
 
     def __init__(self, shape: ClusterShape) -> None:
         self.shape = shape

@@ -14,6 +14,7 @@ from jupyter_dist.cluster.launchers.base import Launcher
 class LocalLauncher(Launcher):
     name = "local"
     engines = "local"
+    ends_job_on_death = False
 
     def check(self, family: str = "") -> None:
         if hostmod.has_remote(self.shape.hosts):

@@ -58,6 +58,7 @@ def require_mpiexec() -> str:
 class MpiLauncher(Launcher):
     name = "mpi"
     engines = "mpi"
+    ends_job_on_death = False  # --enable-recovery: one rank's death leaves the others running (replacement.py)
 
     @property
     def remote(self) -> bool:
@@ -76,7 +77,7 @@ class MpiLauncher(Launcher):
         mpiexec = require_mpiexec()
         conf = cluster.config.MPIEngineSetLauncher
         conf.mpi_cmd = [mpiexec]
-        args = ["--bind-to", "none"]
+        args = ["--bind-to", "none", "--enable-recovery"]
         if self.remote:
             args += self._remote_args(profile_dir, mpiexec, controller_ip, env, notes)
             # on a host without this profile directory (no shared home), the engine creates it

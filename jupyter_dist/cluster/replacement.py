@@ -1,0 +1,172 @@
+"""One rank's engine replaced, the others kept: a dead rank (exit, signal, OOM kill) or one that did
+not stop after a `--timeout` gets a new engine that joins the running controller.
+
+How the new engine is made (docs/reliability.md): the cluster's engine launcher starts one more
+engine set of one engine (under `--launcher mpi`, its own `mpiexec -n 1`, with the same Open MPI
+settings), and the notebook gives it the rank by hand (`assign_rank`), as it gave the first ones
+theirs; the rank's environment is pushed to it by the next run's set-up like to any new engine.
+Its MPI world is its own (size 1): the old MPI world is broken for the survivors too (a dead member),
+so a run that needs MPI's world (`-f mpi`, `-f horovod`, `--backend mpi`) restarts the whole cluster
+(`mpi_world_split`). torch's groups are made over TCP (`env://`) and take the new engine at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from jupyter_dist.cluster.agents import AgentAddress
+from jupyter_dist.cluster.launch_session import in_this_session
+from jupyter_dist.cluster.processes import pid_alive
+from jupyter_dist.common.hosts import is_local_host
+from jupyter_dist.engine import setup as engine_side
+from jupyter_dist.plan.settings import settings
+
+if TYPE_CHECKING:
+    from jupyter_dist.cluster.engines import EngineCluster
+
+REPLACEABLE_LAUNCHERS = ("mpi", "local")
+ENGINE_SETS = {"mpi": "MPIEngineSetLauncher", "local": "LocalEngineSetLauncher"}  # ipyparallel's config sections
+
+
+def dead_ranks(cluster: EngineCluster) -> list[int]:
+    """Ranks whose engine is gone: no longer registered, or (where local) its process ended."""
+    try:
+        ids = set(cluster.client.ids)
+    except Exception:  # noqa: BLE001 - a broken client: every rank counts as gone
+        return [e.rank for e in cluster.engines]
+    return [e.rank for e in cluster.engines
+            if e.engine_id not in ids or (is_local_host(e.host) and not pid_alive(e.pid))]
+
+
+def why_not(cluster: EngineCluster, ranks: list[int]) -> str | None:
+    """Why these ranks cannot be replaced one by one (the whole cluster restarts), or None."""
+    shape = cluster.shape
+    if shape is None or not ranks:
+        return "no cluster"
+    if shape.launcher not in REPLACEABLE_LAUNCHERS:
+        return f"--launcher {shape.launcher} replaces no single engine"
+    if any(not is_local_host(cluster.engines[r].host) for r in ranks):
+        return "the dead rank was on another host"
+    if len(ranks) == len(cluster.engines):
+        return "every rank is gone"
+    return None
+
+
+def condemn(cluster: EngineCluster, ranks: list[int]) -> None:
+    """Kill these ranks' engines (stuck in native code, deaf to every signal a cell can take)."""
+    for r in ranks:
+        e = cluster.engines[r]
+        if is_local_host(e.host):
+            with contextlib.suppress(OSError):
+                os.kill(e.pid, signal.SIGKILL)
+
+
+@dataclass
+class Spares:
+    """Replacement engines started (at a rank's death) before the next run gives them their ranks."""
+
+    count: int
+    known: set[int]  # engine ids before they were started: theirs are the others
+    started: float
+
+
+def replace_dead(cluster: EngineCluster, say: Callable[[str], None] | None = None) -> bool:
+    """Replace the ranks whose engines died; False where that cannot be done or failed (the caller
+    restarts the whole cluster then)."""
+    dead = dead_ranks(cluster)
+    if why_not(cluster, dead) is not None:
+        return False
+    try:
+        replace(cluster, dead, say)
+    except Exception as e:  # noqa: BLE001 - the whole cluster restarts instead, and says so
+        if say is not None:
+            say(f"the replacement of {_words(dead)} failed ({type(e).__name__}: {e})")
+        return False
+    return True
+
+
+def replace_by_hand(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None] | None = None) -> None:
+    if (why := why_not(cluster, ranks)) is not None:
+        raise RuntimeError(f"{_words(ranks)} cannot be replaced alone: {why}; %dist restart restarts every rank")
+    replace(cluster, ranks, say)
+
+
+def start_spares(cluster: EngineCluster, ranks: list[int], only_if_replaceable: bool = False) -> None:
+    """Kill these ranks' engines and start as many new ones (the launcher's kind; see the module)."""
+    if only_if_replaceable and why_not(cluster, ranks) is not None:
+        return
+    condemn(cluster, ranks)
+    if cluster.spares is None:
+        known = set(cluster.client.ids) | {e.engine_id for e in cluster.engines}
+        cluster.spares = Spares(0, known, time.monotonic())
+    survivors = [e.rank for e in cluster.engines if e.rank not in ranks]
+    preload = cluster.agents.ask("loaded", survivors[:1], timeout=1.0).results.get(survivors[0], []) if survivors else []
+    conf = getattr(cluster._cluster.config, ENGINE_SETS.get(cluster.shape.launcher if cluster.shape else "", "x"), None)
+    args = list(conf.engine_args) if conf is not None and "engine_args" in conf else []
+    if conf is not None and preload:
+        # imported while the engine starts, so not by the next cell: the rank it replaces had them
+        conf.engine_args = [*args, "--IPEngine.startup_command=import " + ", ".join(preload)]
+    try:
+        with in_this_session():
+            cluster._cluster.start_engines_sync(len(ranks))
+    finally:
+        if conf is not None and preload:
+            conf.engine_args = args
+    cluster.spares.count += len(ranks)
+
+
+def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None] | None = None) -> None:
+    """Give each rank in `ranks` a new engine (started now, or already at its death) and its rank."""
+    ranks = sorted(ranks)
+    spares: Spares | None = cluster.spares
+    if spares is None or spares.count < len(ranks):
+        start_spares(cluster, ranks if spares is None else ranks[spares.count:])
+        spares = cluster.spares
+    assert spares is not None
+    client = cluster.client
+    new = _wait_for_new(client, spares.known, len(ranks), spares.started)
+    infos = client[new].apply_sync(engine_side.identify)
+    pending = {}
+    for rank, eid, info in zip(ranks, new, infos, strict=True):
+        cluster.engines[rank] = dataclasses.replace(cluster.engines[rank], engine_id=eid, pid=info["pid"],
+                                                    host=info["host"])
+        pending[rank] = client[eid].apply_async(engine_side.assign_rank, rank, cluster.stack_dir,
+                                                cluster.agents.token, cluster.controller_ip)
+    for rank, ar in pending.items():
+        cluster.agents.addresses[rank] = AgentAddress(*ar.get(30))
+    cluster.spares = None
+    cluster.rotate_master_port()  # the survivors' group is replaced by one the new rank joins
+    if cluster.shape is not None and cluster.shape.launcher == "mpi":
+        cluster.mpi_world_split = True
+    # new engines: the watchdog's list; what was pushed to the old ones and plans made for them are stale
+    cluster._write_pidfile()
+    cluster._engines_changed()
+    cluster._notify()
+    if say is not None:
+        kept = [e.rank for e in cluster.engines if e.rank not in ranks]
+        one = len(ranks) == 1
+        say(f"{_words(ranks)} {'was' if one else 'were'} replaced by a new engine (started "
+            f"{time.monotonic() - spares.started:.1f} s ago): {'its' if one else 'their'} variables are gone; "
+            f"{_words(kept)} kept theirs")
+
+
+def _wait_for_new(client: Any, known: set[int], n: int, t0: float) -> list[int]:
+    timeout = settings().start_timeout
+    while True:
+        new = sorted(set(client.ids) - known)
+        if len(new) >= n:
+            return new[:n]
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"the replacement engine did not register within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def _words(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)

@@ -1,0 +1,137 @@
+"""One rank's engine replaced, the others kept warm: deaths, a rank stuck in native code, by hand, mpi4py.
+
+Real engines under Open MPI (`--enable-recovery`), real gloo groups. Times are printed and recorded for
+docs/reliability.md, never asserted.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import jupyter_dist
+from jupyter_dist.errors import RankFailure, RunTimeout
+from jupyter_dist.plan.defaults import STORE
+
+from .test_faults import record
+
+pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
+
+LAYOUT = "-N 2 -n 2"
+GROUP = ("import os, time, signal, ctypes, torch, torch.distributed as dist\n"
+         "dist.init_process_group('gloo', init_method='env://')\n"
+         "rank = dist.get_rank()\n")
+
+
+def cluster():
+    return jupyter_dist.get_session().cluster
+
+
+def pids() -> list[int]:
+    return [e.pid for e in cluster().engines]
+
+
+def warm_up(shell) -> None:
+    """Every rank holds `kept` (its rank), as a loaded model would be held."""
+    shell.run_cell_magic("distrun", LAYOUT, GROUP + "kept = rank\n")
+
+
+def next_cell(distrun, shell) -> tuple[float, str]:
+    """The next cell on the same world: a fresh group over all ranks, and what each rank kept."""
+    t0 = time.monotonic()
+    out = distrun(f"{LAYOUT} -o ok", GROUP + "t = torch.ones(1); dist.all_reduce(t)\n"
+                  "ok = (t.item(), globals().get('kept'))\n")
+    return time.monotonic() - t0, out.out
+
+
+@pytest.mark.parametrize(
+    "kill",
+    ["os._exit(3)", "os.kill(os.getpid(), signal.SIGKILL)", "ctypes.string_at(0)"],
+    ids=["exit3", "sigkill", "segfault"],
+)
+def test_dead_rank_replaced_others_keep_their_variables(distrun, shell, kill, request, capsys):
+    how = request.node.callspec.id
+    warm_up(shell)
+    before = pids()
+    t0 = time.monotonic()
+    with pytest.raises(RankFailure) as info:
+        shell.run_cell_magic("distrun", LAYOUT, GROUP + f"if rank == 2:\n    {kill}\ntime.sleep(30)\n")
+    reported = time.monotonic() - t0
+    capsys.readouterr()
+    assert "rank 2 died" in str(info.value)
+    took, out = next_cell(distrun, shell)
+    assert "rank 2 was replaced by a new engine" in out and "its variables are gone" in out
+    assert shell.user_ns["ok"] == [(4.0, 0), (4.0, 1), (4.0, None), (4.0, 3)]
+    now = pids()
+    assert [now[r] for r in (0, 1, 3)] == [before[r] for r in (0, 1, 3)] and now[2] != before[2]
+    print(f"\n{how}: reported after {reported:.2f} s; next cell (replacement included) {took:.2f} s\n{out}")
+    record(f"time_to_report_dead_rank_{how}_s", round(reported, 2))
+    record(f"time_to_next_cell_after_{how}_replaced_s", round(took, 2))
+
+
+def test_next_cell_after_reading_the_error(distrun, shell, capsys):
+    """The replacement starts at the death: a user who reads the error for a while waits less."""
+    warm_up(shell)
+    with pytest.raises(RankFailure):
+        shell.run_cell_magic("distrun", LAYOUT, GROUP + "if rank == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+                             "time.sleep(30)\n")
+    capsys.readouterr()
+    time.sleep(15)  # reading the error
+    took, out = next_cell(distrun, shell)
+    assert "rank 1 was replaced" in out
+    assert shell.user_ns["ok"] == [(4.0, 0), (4.0, None), (4.0, 2), (4.0, 3)]
+    print(f"\nsigkill, next cell 15 s after the error: {took:.2f} s\n{out}")
+    record("time_to_next_cell_15s_after_sigkill_s", round(took, 2))
+
+
+def test_rank_stuck_in_native_code_is_reported_and_replaced(distrun, shell, capsys):
+    """The GIL held in C (a builtin's loop): no agent, no signal handler runs; py-spy reads its stack."""
+    warm_up(shell)
+    before = pids()
+    t0 = time.monotonic()
+    with pytest.raises(RunTimeout) as info:
+        shell.run_cell_magic("distrun", f"{LAYOUT} --timeout 5",
+                             GROUP + "if rank == 2:\n    sum(range(10**14))\ndist.barrier()\n")
+    reported = time.monotonic() - t0
+    STORE.update(timeout=None)
+    capsys.readouterr()
+    text = "\n".join(info.value._render_traceback_())
+    assert "rank 2: its Python did not answer" in text and "native stack (py-spy)" in text, text
+    assert "rank(s) 2 did not stop" in text, text
+    took, out = next_cell(distrun, shell)
+    assert "rank 2 was replaced" in out
+    assert shell.user_ns["ok"] == [(4.0, 0), (4.0, 1), (4.0, None), (4.0, 3)]
+    assert [pids()[r] for r in (0, 1, 3)] == [before[r] for r in (0, 1, 3)]
+    print(f"\nnative hang: --timeout 5: reported after {reported:.2f} s; next cell {took:.2f} s\n{text}")
+    record("hang_native_gil_timeout_5_report_s", round(reported, 2))
+    record("hang_native_gil_next_cell_s", round(took, 2))
+
+
+def test_restart_one_rank_by_hand(distrun, shell, capsys):
+    warm_up(shell)
+    before = pids()
+    t0 = time.monotonic()
+    shell.run_line_magic("dist", "restart --rank 1")
+    took = time.monotonic() - t0
+    out = capsys.readouterr().out
+    assert "rank 1 was replaced by a new engine" in out
+    now = pids()
+    assert now[1] != before[1] and [now[r] for r in (0, 2, 3)] == [before[r] for r in (0, 2, 3)]
+    _, _ = next_cell(distrun, shell)
+    assert shell.user_ns["ok"] == [(4.0, 0), (4.0, None), (4.0, 2), (4.0, 3)]
+    print(f"\n%dist restart --rank 1: {took:.2f} s")
+    record("time_to_restart_one_rank_by_hand_s", round(took, 2))
+
+
+def test_mpi4py_after_a_replacement(distrun, shell):
+    """A replacement has an MPI world of its own; -f mpi then restarts the cluster into one world."""
+    if not cluster().mpi_world_split:
+        shell.run_line_magic("dist", "restart --rank 3")
+    distrun(f"{LAYOUT} -o size", "from mpi4py import MPI\nsize = MPI.COMM_WORLD.Get_size()\n")
+    sizes = shell.user_ns["size"]
+    assert sizes.count(1) >= 1 and sizes.count(4) >= 1, sizes  # the survivors' world, the replacements' own
+    out = distrun(f"-f mpi {LAYOUT} -o size", "from mpi4py import MPI\nsize = MPI.COMM_WORLD.allreduce(1)\n")
+    assert "needs one MPI world" in out.out
+    assert shell.user_ns["size"] == [4] * 4
+    assert not cluster().mpi_world_split
