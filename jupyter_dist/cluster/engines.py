@@ -33,6 +33,7 @@ from jupyter_dist.cluster.processes import (
 )
 from jupyter_dist.cluster.profile import lock_down, make_profile_dir
 from jupyter_dist.cluster.shape import ClusterShape
+from jupyter_dist.cluster.status import status_of
 from jupyter_dist.common.hosts import is_local_host
 from jupyter_dist.common.node import NodeFabric
 from jupyter_dist.common.ports import free_ports
@@ -376,24 +377,11 @@ class EngineCluster:
         self._notify()
 
     def status(self) -> dict[str, Any]:
-        shape = self.shape
         alive_ids: set[int] = set()
         if self._client is not None:
             with contextlib.suppress(Exception):
                 alive_ids = set(self._client.ids)
-        ranks = []
-        for e in self.engines:
-            dead = e.engine_id not in alive_ids or (is_local_host(e.host) and not pid_alive(e.pid))
-            ranks.append({"rank": e.rank, "engine_id": e.engine_id, "pid": e.pid, "host": e.host,
-                          "state": "dead" if dead else ("busy" if self.busy else "idle")})
-        return {
-            "state": self.state,
-            "engines": len(alive_ids),
-            "expected": shape.world_size if shape else 0,
-            "launcher": shape.launcher if shape else None,
-            "hosts": list(shape.hosts) if shape else [],
-            "ranks": ranks,
-        }
+        return status_of(self.state, self.shape, self.engines, alive_ids, self.busy)
 
     def _notify(self) -> None:
         if self.on_status is not None:

@@ -8,8 +8,11 @@ the comm was registered).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
+
+from jupyter_dist.cluster.processes import pid_alive
+from jupyter_dist.common.hosts import is_local_host
 
 
 class HasStatusCallback(Protocol):
@@ -42,3 +45,21 @@ def add_status_listener(cluster: HasStatusCallback | Any, listener: Callable[[],
             fanout.listeners.remove(listener)
 
     return remove
+
+
+def status_of(state: str, shape: Any, engines: Iterable[Any], alive_ids: set[int], busy: bool) -> dict[str, Any]:
+    """The cluster's status as `%dist status`, the panel and the sidebar show it: a rank is dead when its
+    engine left the controller or (on this host) its process is gone."""
+    ranks = []
+    for e in engines:
+        dead = e.engine_id not in alive_ids or (is_local_host(e.host) and not pid_alive(e.pid))
+        ranks.append({"rank": e.rank, "engine_id": e.engine_id, "pid": e.pid, "host": e.host,
+                      "state": "dead" if dead else ("busy" if busy else "idle")})
+    return {
+        "state": state,
+        "engines": len(alive_ids),
+        "expected": shape.world_size if shape else 0,
+        "launcher": shape.launcher if shape else None,
+        "hosts": list(shape.hosts) if shape else [],
+        "ranks": ranks,
+    }
