@@ -376,6 +376,9 @@ def compile_problem(source: str) -> str | None:
 
 
 def script_code(spec: RunSpec) -> str:
-    """Script mode: the engine expands $RANK-style arguments per rank and runs the file as __main__."""
+    """Script mode: the engine expands $RANK-style arguments per rank and runs the file as __main__
+    with a launcher's contract (engine.script_run); with --fresh, in a new child process."""
     path = os.path.abspath(spec.script or "")
-    return call_code(ENTRY.run_script, path, list(spec.script_args))
+    if spec.fresh:
+        return call_code(ENTRY.run_script_mode, path, list(spec.script_args), True)
+    return call_code(ENTRY.run_script_mode, path, list(spec.script_args))
