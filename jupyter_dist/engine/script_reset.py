@@ -89,9 +89,8 @@ def reset_frameworks() -> None:
 
 # -- modules beside the script ---------------------------------------------------------
 
-def _module_file(module: object) -> str | None:
-    path = getattr(module, "__file__", None)
-    return os.path.realpath(path) if isinstance(path, str) else None
+_real: dict[str, str] = {}  # a module's __file__ -> its real path (asked once: modules seldom move)
+INSTALLED = ("site-packages", "dist-packages")
 
 
 def _local_modules(roots: tuple[str, ...]) -> dict[str, str]:
@@ -100,9 +99,14 @@ def _local_modules(roots: tuple[str, ...]) -> dict[str, str]:
     for name, module in list(sys.modules.items()):
         if name == "__main__" or name.startswith(SKIP_PREFIXES):
             continue
-        path = _module_file(module)
-        if path and path.startswith(roots) and "site-packages" not in path:
-            out[name] = path
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or any(part in path for part in INSTALLED):
+            continue
+        real = _real.get(path)
+        if real is None:
+            real = _real[path] = os.path.realpath(path)
+        if real.startswith(roots):
+            out[name] = real
     return out
 
 
