@@ -14,11 +14,10 @@ folder, an empty one. `fresh_state(path)` gives a warm engine's run the same sta
 - `tempfile` and `$TMPDIR` point into a folder of the run's own, removed after it.
 - The environment and working folder the script changed are put back after it.
 
-The torch process group is not destroyed between runs: made again by the same script it is handed
-back (engine.torch_hooks' idempotent init), and a destroyed group whose DDP model is freed while the
-next group forms can hang (docs/reliability.md). A script that destroys its group itself gets a new
-master port for its next run, as a cell does; its objects are collected at the end of its run, on
-every rank, before the next run forms a group.
+The torch process group is not destroyed between runs, and a script's own `destroy_process_group()`
+keeps it (engine.script_group): made again by the same script it is handed back (engine.torch_hooks'
+idempotent init), whereas a destroyed group whose DDP model is freed while the next group forms can
+hang (docs/reliability.md). The run's objects are collected at its end, on every rank alike.
 """
 
 from __future__ import annotations
@@ -31,6 +30,8 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
+
+from jupyter_dist.engine import script_group
 
 SKIP_PREFIXES = ("jupyter_dist",)  # never reloaded: this package's own modules, wherever they live
 
@@ -46,7 +47,7 @@ def fresh_state(path: str) -> Iterator[str]:
     env, cwd = dict(os.environ), os.getcwd()
     old_tempdir = tempfile.tempdir
     tmp = tempfile.mkdtemp(prefix="jupyter-dist-script-")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), script_group.kept():
         _warnings_afresh()
         tempfile.tempdir = tmp
         os.environ["TMPDIR"] = tmp
