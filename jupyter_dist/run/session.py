@@ -210,6 +210,9 @@ class DistSession:
     def run(self, spec: RunSpec, code: str | None, shell: Any = None) -> RunOutcome:
         if spec.scaling:
             return self.run_scaling(spec, code, shell)
+        if spec.fresh and self.cluster.engines:
+            # the children make their own group: the engines' own (kept between warm runs) holds the port
+            self.cluster.rotate_master_port()
         p = self.warm_plan(spec, code, shell)
         # a warm re-run is remembered while the ranks run it
         on_sent = (lambda: self._remember(spec, code)) if p is not None else None

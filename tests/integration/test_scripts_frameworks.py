@@ -1,5 +1,9 @@
 """Each framework's training script, run twice in warm engines with equal results (1 node x 2 ranks).
 
+TensorFlow's is in test_scripts_tensorflow.py, on engines of its own: a process cannot leave the
+TensorFlow cluster it joined, and Horovod's rendezvous on rank 0 keeps the port TensorFlow's first
+task would take (the cluster's first task port).
+
 The scripts are written here in the style of the frameworks' own examples (synthetic data, no
 downloads; no upstream code). What a second run would inherit from the first in a warm engine is
 reset (engine.script_reset); a run that would not be equal fails here.
@@ -7,17 +11,15 @@ reset (engine.script_reset); a run that would not be equal fails here.
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import pytest
+from script_runs import twice
 
 import jupyter_dist
 from jupyter_dist.run.output import TextSink
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
-
-SHAPE = "-N 1 -n 2 --timeout 200"
 
 HOROVOD = textwrap.dedent(
     """
@@ -136,44 +138,10 @@ LIGHTNING = textwrap.dedent(
     """
 )
 
-TENSORFLOW = textwrap.dedent(
-    """
-    import argparse
-    import json
-    import os
-    import tempfile
-
-    import numpy as np
-    import tensorflow as tf
-
-    parser = argparse.ArgumentParser(description="Keras multi-worker toy regression")
-    parser.add_argument("--out", required=True, help="prefix of each rank's result file")
-    args = parser.parse_args()
-    tf.get_logger().setLevel("ERROR")
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    task = json.loads(os.environ["TF_CONFIG"])["task"]
-    tf.keras.utils.set_random_seed(0)
-    with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])
-        model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
-    x = np.random.default_rng(0).normal(size=(256, 4)).astype("float32")
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    data = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(16).with_options(options)
-    # as the multi-worker tutorial does: a backup in a temporary folder, restored if the job restarts
-    backup = tf.keras.callbacks.BackupAndRestore(backup_dir=os.path.join(tempfile.gettempdir(), "backup"))
-    history = model.fit(data, epochs=2, verbose=0, callbacks=[backup])
-    with open(f"{args.out}_{task['index']}.json", "w") as f:
-        json.dump({"index": task["index"], "epochs": len(history.history["loss"]),
-                   "weights": [w.numpy().flatten().tolist() for w in model.weights]}, f)
-    """
-)
-
-
 @pytest.fixture(scope="module")
 def scripts(tmp_path_factory):
     d = tmp_path_factory.mktemp("fw_scripts")
-    for name, text in (("hvd.py", HOROVOD), ("acc.py", ACCELERATE), ("pl.py", LIGHTNING), ("keras_mw.py", TENSORFLOW)):
+    for name, text in (("hvd.py", HOROVOD), ("acc.py", ACCELERATE), ("pl.py", LIGHTNING)):
         (d / name).write_text(text)
     return d
 
@@ -191,15 +159,6 @@ def sinks():
     runner.sink_factory = factory
     yield made
     runner.sink_factory = old
-
-
-def twice(distrun, d, flags: str, script: str, name: str) -> list[list[dict]]:
-    """The script run twice with `--out d/name` (it writes name_<rank>.json); each run's results by rank."""
-    runs = []
-    for _ in range(2):
-        distrun(f"{flags} {SHAPE} {d / script} --out {d}/{name}")
-        runs.append([json.loads((d / f"{name}_{r}.json").read_text()) for r in range(2)])
-    return runs
 
 
 def test_horovod_twice_and_its_steps_counted(distrun, scripts, sinks):
@@ -225,10 +184,3 @@ def test_lightning_twice(distrun, scripts):
     first, second = twice(distrun, scripts, "-f lightning", "pl.py", "pl")
     assert first == second and first[0]["weights"] == first[1]["weights"]
     assert [r["steps"] for r in first] == [16, 16]
-
-
-def test_tensorflow_twice(distrun, scripts):
-    pytest.importorskip("tensorflow")
-    first, second = twice(distrun, scripts, "-f tensorflow --env TF_USE_LEGACY_KERAS=1", "keras_mw.py", "tf")
-    assert first == second and first[0]["weights"] == first[1]["weights"]
-    assert [r["epochs"] for r in first] == [2, 2]  # the second run restored no backup of the first
