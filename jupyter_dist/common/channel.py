@@ -17,6 +17,9 @@ DATA_MIME: Final = "application/vnd.jupyter-dist.data+json"
 METRICS: Final = "metrics"  # a batch of `report()` records (MetricsBatch)
 EXIT: Final = "exit"  # the rank is about to `os._exit` (ExitData)
 GROUP_GONE: Final = "torch_group_gone"  # the cell destroyed the torch process group it had made (True)
+INPUT: Final = "input"  # a script's input() on rank 0 waits for the notebook's answer (InputRequest)
+
+INPUT_OP: Final = "input"  # the agent's operation that hands the answer back (InputAnswer)
 
 RELABEL: Final = "\x1e"  # RELABEL + "<rank>" + RELABEL + line: the line is that rank's
 METRICS_LINE_PREFIX: Final = "\x1fjupyter-dist-metrics "  # + the MetricsBatch as JSON
@@ -31,6 +34,16 @@ class Message(TypedDict):
 
 class ExitData(TypedDict):
     code: int
+
+
+class InputRequest(TypedDict):
+    id: int  # the answer names it: one input() at a time, but a late answer must not feed the next
+    prompt: str
+
+
+class InputAnswer(TypedDict, total=False):
+    id: int
+    text: str  # the line typed, without its newline; absent: end of input (EOFError)
 
 
 class MetricsBatch(TypedDict, total=False):

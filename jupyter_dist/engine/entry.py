@@ -2,7 +2,7 @@
 
 The notebook runs some of jupyter-dist's own work as cell code, not as an `apply`, so that it
 behaves as a cell: its output streams, its traceback is rendered, the display hook shows its
-value. Script mode (`run_script`), a node's torchrun agent (`run_torchrun`) and the value a
+value. Script mode (`run_script_mode`: engine.script_run, a launcher's contract on a warm engine), a node's torchrun agent (`run_torchrun`) and the value a
 `%%distrun` cell shows (`show_value`, inserted by engine.cells) reach the engine through
 `NAME`, which `bind` puts in the namespace before every cell. The notebook writes such code
 with `call_code`.
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_dist.engine import script_run
 from jupyter_dist.engine.frameworks import torchrun_agent
 from jupyter_dist.engine.script import run_script
 from jupyter_dist.engine.show import show_value
@@ -24,6 +25,7 @@ class Entry:
     """The engine functions a cell's code may call, as `__jupyter_dist__.<name>(...)`."""
 
     run_script = staticmethod(run_script)
+    run_script_mode = staticmethod(script_run.run)
     run_torchrun = staticmethod(torchrun_agent.run)
     show_value = staticmethod(show_value)
 

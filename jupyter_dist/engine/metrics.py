@@ -43,7 +43,7 @@ _next_flush = 0.0  # 0 until the cell's first record: that one only schedules th
 _flush_gap = FLUSH_FIRST_S  # until the next flush; doubles after each, to FLUSH_MAX_S
 _reported = False  # report() was called in this cell
 _state: dict[str, Any] = {"auto_opt": None, "torch_hook": None, "sender": None, "watching": False,
-                          "atexit": False}
+                          "atexit": False, "depth": 0, "counts": {}, "others": {}}
 
 
 def report(step: int | None = None, samples: int | None = None, tokens: int | None = None,
@@ -87,18 +87,37 @@ def _due(t: float) -> None:
     _next_flush = t + _flush_gap
 
 
+def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    """torch's global pre-step hook: a step inside a step (a wrapper's `step` calling its base
+    class's, as Horovod's DistributedOptimizer does) is not counted again."""
+    _state["depth"] += 1
+
+
 def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    """torch's global post-step hook: one step of the cell's first optimizer, unless report() is used."""
-    if _reported:
+    """torch's global post-step hook: one step of the optimizer the cell trains with, unless
+    report() is used. That is the one that has stepped most in this cell (the first on a tie): a
+    script may step another first (Horovod's `broadcast_optimizer_state` steps the optimizer it
+    later wraps) or step two (a GAN's, counted as one)."""
+    _state["depth"] = depth = max(_state["depth"] - 1, 0)
+    if depth or _reported:
         return
     oid = id(optimizer)
-    first = _state["auto_opt"]
-    if first is None:
-        _state["auto_opt"] = oid
-    elif first != oid:
-        return
+    counts = _state["counts"]
+    n = counts[oid] = counts.get(oid, 0) + 1
     t = _now()
-    _auto.append(t)
+    lead = _state["auto_opt"]
+    if lead is None:
+        _state["auto_opt"] = lead = oid
+    if oid == lead:
+        _auto.append(t)
+    else:
+        others = _state["others"]
+        others.setdefault(oid, []).append(t)
+        if n <= counts[lead]:
+            return
+        others[lead] = _auto[:]  # the one stepped most leads from now on
+        _auto[:] = others.pop(oid)
+        _state["auto_opt"] = oid
     if t >= _next_flush:
         _due(t)
 
@@ -108,6 +127,7 @@ def take() -> dict[str, Any] | None:
     n, m = len(_rows), len(_auto)
     rows, auto = _rows[:n], _auto[:m]
     del _rows[:n], _auto[:m]
+    _state["others"].clear()
     if _reported:
         auto = []
     if not rows and not auto:
@@ -238,7 +258,8 @@ def new_cell() -> None:
     """A fresh start for the next cell: no flush scheduled, no report() yet, no optimizer chosen."""
     global _next_flush, _reported
     _next_flush, _reported = 0.0, False
-    _state["auto_opt"] = None
+    _state["auto_opt"], _state["depth"] = None, 0
+    _state["counts"], _state["others"] = {}, {}
 
 
 def torch_hooked() -> bool:
@@ -246,14 +267,29 @@ def torch_hooked() -> bool:
 
 
 def hook_torch(load: bool = False) -> bool:
-    """Register the global optimizer post-step hook once; import torch.optim only when `load`."""
+    """Register the global optimizer step hooks once; import torch.optim only when `load`."""
     if _state["torch_hook"] is not None:
         return True
     if "torch" not in sys.modules and not load:
         return False
     try:
-        from torch.optim.optimizer import register_optimizer_step_post_hook  # heavy, optional
+        from torch.optim.optimizer import (  # heavy, optional
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
     except ImportError:
         return False
-    _state["torch_hook"] = register_optimizer_step_post_hook(_on_optimizer_step)
+    _state["torch_hook"] = Hooks(register_optimizer_step_pre_hook(_before_optimizer_step),
+                                 register_optimizer_step_post_hook(_on_optimizer_step))
     return True
+
+
+class Hooks:
+    """The step hooks' handles, removed together."""
+
+    def __init__(self, *handles: Any) -> None:
+        self.handles = handles
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()

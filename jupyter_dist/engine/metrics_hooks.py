@@ -1,5 +1,9 @@
 """The metrics' engine set-up hook: the end-of-cell flush, torch step counting, text progress bars.
 
+Step counting needs torch's global optimizer hooks, set once torch is imported: at set-up if it
+is, before a cell that imports it, and otherwise as soon as anything imports it (a script, a
+module the cell calls), by an import hook (engine.frameworks.patch).
+
 Apart from `engine.metrics` so that `import jupyter_dist` (which binds `report`) loads neither
 IPython nor the engine's cell hooks in a process that is no engine, such as a torchrun worker.
 """
@@ -9,9 +13,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from types import ModuleType
 
 from jupyter_dist.engine import metrics
 from jupyter_dist.engine.cells import BEFORE_CELL, END_OF_CELL, add_hook
+from jupyter_dist.engine.frameworks.patch import when_imported
 
 
 def install() -> None:
@@ -19,8 +25,14 @@ def install() -> None:
     progress bars (a widget bar made on a rank can never be seen)."""
     add_hook(END_OF_CELL, metrics.end_of_cell)
     metrics.watching()
-    metrics.hook_torch()
+    if not metrics.hook_torch():
+        when_imported("torch", hook_torch_now)
     add_hook(BEFORE_CELL, _before_cell)
+
+
+def hook_torch_now(torch: ModuleType) -> None:
+    """Right after torch's first import, wherever it happens."""
+    metrics.hook_torch(load=True)
 
 
 def _before_cell(cell: str) -> None:
@@ -47,3 +59,4 @@ def text_progress_bars() -> None:
         except Exception:  # noqa: BLE001 - a broken optional import is not ours to raise
             continue
         mod.tqdm, mod.trange = std.tqdm, std.trange
+

@@ -52,7 +52,8 @@ def torch_idempotent_init() -> None:
         if dist.is_initialized():
             if _state["world"] == want:
                 return None
-            dist.destroy_process_group()
+            # the real one: a script's destroy is kept while it runs (engine.script_group)
+            getattr(dist.destroy_process_group, "__wrapped__", dist.destroy_process_group)()
         if want[0] == "nccl" or os.environ.get("JUPYTER_DIST_BACKEND") == "nccl":
             cuda_set_device()
         result = original(*args, **kwargs)

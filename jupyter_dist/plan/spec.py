@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition")
     p.add_argument("--time", dest="slurm_time")
     p.add_argument("--account")
+    p.add_argument("--fresh", action="store_true")
     p.add_argument("script", nargs="?")
     p.add_argument("script_args", nargs=argparse.REMAINDER)
     return p
@@ -76,6 +77,7 @@ class RunSpec:
     master_port: int | None = None
     script: str | None = None
     script_args: tuple[str, ...] = ()
+    fresh: bool = False  # script mode: a new child process of each engine per run
     slurm: tuple[tuple[str, str], ...] = ()
     explicit: frozenset[str] = field(default_factory=frozenset)
 
@@ -297,6 +299,12 @@ def resolve(
     if slurm and launcher != "slurm":
         raise UsageError("--partition, --time and --account are Slurm options: use them with --launcher slurm.")
 
+    fresh = bool(getattr(ns, "fresh", False))
+    if fresh and ns.script is None:
+        raise UsageError("--fresh runs a script in a new process on each rank: %distrun --fresh script.py [args].")
+    if fresh and framework == "torchrun":
+        raise UsageError("--fresh is not needed with -f torchrun: its workers are new processes on every run.")
+
     return RunSpec(
         framework=framework,
         nodes=nodes,
@@ -315,6 +323,7 @@ def resolve(
         master_port=master_port,
         script=ns.script,
         script_args=tuple(ns.script_args or ()),
+        fresh=fresh,
         slurm=slurm,
         explicit=frozenset(explicit),
     )

@@ -9,6 +9,7 @@ functions order them and word the error the notebook shows.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -18,8 +19,10 @@ from jupyter_dist.plan.layout import RankPlace
 
 # exception: the cell raised; exit: the rank ended its process with a code (os._exit);
 # death: its engine process ended with no word (a signal, the OOM killer, a crash);
-# timeout: still running when --timeout passed
-What = Literal["exception", "exit", "death", "timeout"]
+# timeout: still running when --timeout passed; status: a script ended with a non-zero exit
+# status (sys.exit(3)) in an engine that lives on (engine.script_run.ScriptExit)
+What = Literal["exception", "exit", "death", "timeout", "status"]
+SCRIPT_EXIT = "ScriptExit"  # the name of engine.script_run's exception, as ipyparallel hands it back
 
 NO_EXIT_CODE = "its engine process ended with no exit code: a signal such as SIGKILL, or the OOM killer"
 OTHERS_SHOWN = 8  # lines of the traceback shown for each rank that failed after the first
@@ -67,6 +70,14 @@ def error_name(err: Any) -> str:
     return f"{ename}: {evalue}"
 
 
+def script_status(err: Any) -> int | None:
+    """The exit status of a script that ended with `sys.exit(status)`, else None."""
+    if getattr(err, "ename", None) != SCRIPT_EXIT and type(err).__name__ != SCRIPT_EXIT:
+        return None
+    m = re.fullmatch(r"exit status (-?\d+)", str(getattr(err, "evalue", None) or err).strip())
+    return int(m.group(1)) if m else None
+
+
 def render_error(err: Any) -> list[str]:
     """A rank's traceback as IPython renders it (a `RemoteError`), else its one-line name."""
     render = getattr(err, "render_traceback", None)
@@ -82,6 +93,9 @@ def from_error(place: RankPlace, err: Any, when: float, exit_code: int | None = 
     """The record of a rank whose cell ended with `err` (raised, or its engine's death)."""
     if is_engine_death(err):
         return Failure(place, "death" if exit_code is None else "exit", when, error_name(err), exit_code=exit_code)
+    status = script_status(err)
+    if status is not None:
+        return Failure(place, "status", when, f"exit status {status}", exit_code=status)
     return Failure(place, "exception", when, error_name(err), tuple(render_error(err)))
 
 
@@ -135,8 +149,12 @@ def report_lines(order: list[Failure], finished: Iterable[int]) -> list[str]:
             lines.append(f"--- {f.where} failed first:")
             if f.died:
                 lines.append(f"its engine process {f.note or 'ended with no exit code'}")
+            elif f.what == "status":
+                lines.append(f"its script exited with status {f.exit_code}")
             else:
                 lines.extend(f.traceback)
+        elif f.what == "status":  # its own exit, not a wait on the first
+            lines.append(f"--- {f.where}: its script exited with status {f.exit_code}")
         elif f.died:
             lines.append(f"--- {f.where}: its engine was stopped too (mpiexec ends the whole job when one rank dies)")
         else:
@@ -153,9 +171,20 @@ def report_lines(order: list[Failure], finished: Iterable[int]) -> list[str]:
 def summary(order: list[Failure]) -> str:
     """'rank 2 failed first (ValueError: bad shard); failed ranks: 2, 0'."""
     first = order[0]
+    if first.what == "status":
+        return _status_summary(order)
     cause = first.note or (NO_EXIT_CODE if first.died else first.error)
     verb = "died" if first.died else "failed first"
     return f"rank {first.rank} {verb} ({cause}); failed ranks: " + ", ".join(str(f.rank) for f in order)
+
+
+def _status_summary(order: list[Failure]) -> str:
+    """'ranks 0, 1 exited with status 3; failed ranks: 1, 0': the first rank's status, every rank that
+    exited with it, then the failed ranks by time (as a launcher reports a process's exit)."""
+    first = order[0]
+    same = sorted(f.rank for f in order if f.what == "status" and f.exit_code == first.exit_code)
+    who = f"rank {first.rank}" if len(same) == 1 else "ranks " + ", ".join(str(r) for r in same)
+    return f"{who} exited with status {first.exit_code}; failed ranks: " + ", ".join(str(f.rank) for f in order)
 
 
 def rank_failure(failures: Iterable[Failure], finished: Iterable[int]) -> RankFailure:

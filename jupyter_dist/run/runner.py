@@ -30,6 +30,7 @@ from jupyter_dist.plan.layout import Layout, RankPlace
 from jupyter_dist.plan.settings import settings
 from jupyter_dist.run import failures, hangs
 from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
+from jupyter_dist.run.stdin import answer_input
 
 POLL_FIRST_S = 0.05  # a short cell ends within it, with no poll in between
 POLL_S = 0.01  # while output flows
@@ -276,6 +277,8 @@ class Runner:
                     st.exit_code = item["data"]["code"]
                 elif item is not None and item.get("key") == channel.GROUP_GONE:
                     self._group_gone = True
+                elif item is not None and item.get("key") == channel.INPUT:  # a script's input() (run/stdin.py)
+                    answer_input(self.cluster.agents, st.place.rank, item["data"])
                 elif item is not None:  # metrics, every 0.5-2 s: not a reason to poll faster
                     sink.collected(st.place.rank, item)
                 else:

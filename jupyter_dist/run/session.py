@@ -219,6 +219,9 @@ class DistSession:
     def run(self, spec: RunSpec, code: str | None, shell: Any = None) -> RunOutcome:
         if spec.scaling:
             return self.run_scaling(spec, code, shell)
+        if spec.fresh and self.cluster.engines:
+            # the children make their own group: the engines' own (kept between warm runs) holds the port
+            self.cluster.rotate_master_port()
         p = self.warm_plan(spec, code, shell)
         # a warm re-run is remembered while the ranks run it
         on_sent = (lambda: self._remember(spec, code)) if p is not None else None
@@ -392,6 +395,9 @@ def compile_problem(source: str) -> str | None:
 
 
 def script_code(spec: RunSpec) -> str:
-    """Script mode: the engine expands $RANK-style arguments per rank and runs the file as __main__."""
+    """Script mode: the engine expands $RANK-style arguments per rank and runs the file as __main__
+    with a launcher's contract (engine.script_run); with --fresh, in a new child process."""
     path = os.path.abspath(spec.script or "")
-    return call_code(ENTRY.run_script, path, list(spec.script_args))
+    if spec.fresh:
+        return call_code(ENTRY.run_script_mode, path, list(spec.script_args), True)
+    return call_code(ENTRY.run_script_mode, path, list(spec.script_args))

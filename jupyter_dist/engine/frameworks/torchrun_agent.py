@@ -217,11 +217,18 @@ def worker_traceback(log_dir: str) -> str:
 
 
 def failure_message(log_dir: str, agent_lines: list[str], node: int, procs: int, code: int) -> tuple[str, bool]:
-    """The first failed worker, and whether its error file said why; else torchrun's summary."""
+    """The failed workers, the first by time in full, and whether their error files said why; else
+    torchrun's summary."""
     errors = _error_files(log_dir)
     if errors:
         _, local, text, _ = errors[0]
-        return f"{_who(node * procs + local, node, local)} failed: {text}", True
+        message = f"{_who(node * procs + local, node, local)} failed: {text}"
+        # every other failed worker too, by time: a failure of all of them must not read as one's
+        others = [f"rank {node * procs + lr} (local rank {lr}): {t.splitlines()[0] if t else 'failed'}"
+                  for _, lr, t, _ in errors[1:]]
+        if others:
+            message += "; then worker " + "; worker ".join(others)
+        return message, True
     summary = "\n".join(agent_lines)
     ranks = re.findall(r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)", summary)
     codes = re.findall(r"exitcode\s*:\s*(-?\d+)", summary)

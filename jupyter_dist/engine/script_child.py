@@ -1,0 +1,28 @@
+"""The child process of `%distrun --fresh` (engine.script_fresh): `python -m` this, script, args.
+
+Sets torch's step hooks when torch is imported (engine.metrics sends the counted steps as metric
+lines, flushed at exit), then runs the script as `__main__`; `SystemExit` ends the process as usual.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+from jupyter_dist.engine import metrics
+from jupyter_dist.engine.frameworks.patch import when_imported
+from jupyter_dist.engine.script import run_script
+
+
+def _hook_torch(torch: ModuleType) -> None:
+    metrics.hook_torch(load=True)
+
+
+def main(argv: list[str]) -> None:
+    script, *args = argv
+    when_imported("torch", _hook_torch)
+    run_script(script, args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,90 @@
+"""`%distrun --fresh script.py`: the script in a new child process of each rank's engine.
+
+Where a warm re-run cannot be made clean (a framework that keeps state no reset reaches, a C
+extension's global, a script that leaves threads or `atexit` work), a process of its own is the
+honest answer. The child gets the rank's environment and working folder; its output streams into
+the rank's output line by line; its `report()` batches and counted optimizer steps come as metric
+lines (common.channel's METRICS_LINE_PREFIX), which the notebook takes out of the output; its exit
+status is the rank's. Its stdin is empty (EOF), and an interrupt of the engine stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from typing import IO, Any
+
+CHILD = "jupyter_dist.engine.script_child"  # run as `-m`: step hooks, then the script as __main__
+STOP_GRACE_S = 5.0
+
+
+def command(path: str, args: list[str], python: str = sys.executable) -> list[str]:
+    return [python, "-m", CHILD, path, *args]
+
+
+def child_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The rank's environment, with Python's output unbuffered (each line comes as printed)."""
+    return {**env, "PYTHONUNBUFFERED": "1"}
+
+
+def run(path: str, args: list[str]) -> int:
+    """Run the script in a child process; its exit status (negative: the signal that ended it)."""
+    proc = subprocess.Popen(command(path, args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=child_env(os.environ), start_new_session=True)
+    try:
+        stream(proc, {proc.stdout: sys.stdout, proc.stderr: sys.stderr})
+        return proc.wait()
+    except BaseException:
+        stop(proc)  # interrupted: the child goes with the cell
+        raise
+
+
+def stream(proc: subprocess.Popen[bytes], sinks: dict[Any, IO[str]]) -> None:
+    """Copy the child's pipes to `sinks` line by line as they come, until both close."""
+    sel = selectors.DefaultSelector()
+    pending: dict[Any, bytes] = {}
+    for pipe in sinks:
+        os.set_blocking(pipe.fileno(), False)
+        sel.register(pipe, selectors.EVENT_READ)
+        pending[pipe] = b""
+    try:
+        while pending:
+            for key, _ in sel.select(timeout=0.2):
+                pipe = key.fileobj
+                chunk = os.read(pipe.fileno(), 65536)  # type: ignore[union-attr]
+                if not chunk:
+                    sel.unregister(pipe)
+                    rest = pending.pop(pipe)
+                    if rest:
+                        _write(sinks[pipe], rest + b"\n")
+                    continue
+                *lines, pending[pipe] = (pending[pipe] + chunk).split(b"\n")
+                if lines:
+                    _write(sinks[pipe], b"\n".join(lines) + b"\n")
+    finally:
+        sel.close()
+
+
+def _write(sink: IO[str], data: bytes) -> None:
+    sink.write(data.decode(errors="replace"))
+    sink.flush()
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the child's process group, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    end = time.monotonic() + STOP_GRACE_S
+    while proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
