@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+import time
 from typing import Any
 
 
@@ -12,3 +16,18 @@ def own_group() -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         return {"process_group": 0}
     return {"preexec_fn": os.setpgrp}
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM to the child's whole process group (a launcher stops its workers), then SIGKILL after `grace` s."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -10,14 +10,13 @@ status is the rank's. Its stdin is empty (EOF), and an interrupt of the engine s
 
 from __future__ import annotations
 
-import contextlib
 import os
 import selectors
-import signal
 import subprocess
 import sys
-import time
 from typing import IO, Any
+
+from jupyter_dist.common.process_group import stop_group
 
 CHILD = "jupyter_dist.engine.script_child"  # run as `-m`: step hooks, then the script as __main__
 STOP_GRACE_S = 5.0
@@ -40,7 +39,7 @@ def run(path: str, args: list[str]) -> int:
         stream(proc, {proc.stdout: sys.stdout, proc.stderr: sys.stderr})
         return proc.wait()
     except BaseException:
-        stop(proc)  # interrupted: the child goes with the cell
+        stop_group(proc, STOP_GRACE_S)  # interrupted: the child goes with the cell
         raise
 
 
@@ -75,16 +74,3 @@ def _write(sink: IO[str], data: bytes) -> None:
     sink.flush()
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the child's process group, then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    end = time.monotonic() + STOP_GRACE_S
-    while proc.poll() is None and time.monotonic() < end:
-        time.sleep(0.05)
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()

@@ -18,12 +18,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
 from typing import IO, Any
 
 from jupyter_dist.common.channel import relabel
-from jupyter_dist.common.process_group import own_group
+from jupyter_dist.common.process_group import own_group, stop_group
 from jupyter_dist.engine.frameworks.torchrun_command import ROLE, torchrun_command
 from jupyter_dist.engine.script import run_script
 
@@ -89,7 +88,7 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
         _stream(proc, echo)
         code = proc.wait()
     except BaseException as e:
-        _stop(proc)  # interrupted (by the user, or because a peer failed): torchrun's logs are dropped
+        stop_group(proc, STOP_GRACE_S)  # interrupted (by the user, or because a peer failed): torchrun's logs are dropped
         if isinstance(e, KeyboardInterrupt):
             raise TorchrunStopped(f"torchrun on node {node} was stopped, with its workers") from None
         raise
@@ -174,20 +173,6 @@ def _stream(proc: subprocess.Popen[bytes], echo: Echo) -> None:
                 echo.line(line.decode(errors="replace"), sinks[pipe])  # type: ignore[index]
     sel.close()
 
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to torchrun's whole process group (it stops its workers), then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    end = time.monotonic() + STOP_GRACE_S
-    while proc.poll() is None and time.monotonic() < end:
-        time.sleep(0.05)
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def _error_files(log_dir: str) -> list[tuple[int, int, str, str]]:
