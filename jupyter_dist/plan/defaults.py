@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
+from functools import cache
+from importlib.metadata import entry_points
 from typing import Any
 
 FRAMEWORKS: tuple[str, ...] = (
@@ -25,6 +27,16 @@ FRAMEWORKS: tuple[str, ...] = (
 BACKENDS: tuple[str, ...] = ("auto", "nccl", "gloo", "mpi")
 LAUNCHERS: tuple[str, ...] = ("mpi", "local", "ssh", "slurm")
 IB_MODES: tuple[str, ...] = ("auto", "on", "off")
+LAUNCHER_ENTRY_POINTS = "jupyter_dist.launchers"
+
+
+@cache
+def launcher_names() -> tuple[str, ...]:
+    """What `--launcher` accepts: the built-in launchers, then those a package adds through the
+    `jupyter_dist.launchers` entry point group. Only the names are read here; the classes are loaded
+    by `cluster.launchers`, which sits above the plan."""
+    added = [ep.name for ep in entry_points(group=LAUNCHER_ENTRY_POINTS) if ep.name not in LAUNCHERS]
+    return LAUNCHERS + tuple(dict.fromkeys(added))
 
 
 @dataclass(frozen=True)

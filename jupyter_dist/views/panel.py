@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_dist.cluster.status import add_status_listener
 from jupyter_dist.common.node import NodeFabric
 from jupyter_dist.plan import validate
-from jupyter_dist.plan.defaults import BACKENDS, IB_MODES, LAUNCHERS, RunDefaults
+from jupyter_dist.plan.defaults import BACKENDS, IB_MODES, RunDefaults, launcher_names
 from jupyter_dist.views.controls import (
     CLUSTER_ACTIONS,
     ClusterControl,
@@ -65,7 +65,7 @@ class Panel:
         self.framework = dropdown("framework", [(title, name) for name, title in framework_choices()])
         self.backend = dropdown("backend", list(BACKENDS))
         self.launcher = dropdown("launcher", [(f"auto ({'mpi' if self.mpiexec_found else 'local'})", AUTO),
-                                              *((name, name) for name in LAUNCHERS)])
+                                              *((name, name) for name in launcher_names())])
         self.ib = dropdown("InfiniBand", list(IB_MODES))
         self.nodes = w.BoundedIntText(min=1, max=validate.MAX_NODES, description="nodes", style=STYLE)
         self.procs = w.BoundedIntText(min=1, max=validate.MAX_PROCS_PER_NODE, description="procs per node", style=STYLE)

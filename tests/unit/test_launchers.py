@@ -17,6 +17,8 @@ from jupyter_dist.cluster.launchers.mpi import MpiLauncher, open_mpi_env, parse_
 from jupyter_dist.cluster.launchers.slurm import SlurmLauncher
 from jupyter_dist.cluster.launchers.ssh import SshLauncher
 from jupyter_dist.cluster.shape import ClusterShape
+from jupyter_dist.plan.defaults import RunDefaults, launcher_names
+from jupyter_dist.plan.spec import parse_args, resolve
 
 PRTERUN_EXIT = """\
 --------------------------------------------------------------------------
@@ -52,12 +54,21 @@ def test_a_launcher_from_an_entry_point(tmp_path, monkeypatch):
     (dist / "entry_points.txt").write_text("[jupyter_dist.launchers]\npbs = jd_pbs_launcher:PbsLauncher\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     launchers.registry.cache_clear()
+    launcher_names.cache_clear()
     try:
         assert launchers.launcher_class("pbs").__name__ == "PbsLauncher"
         assert list(launchers.registry())[:4] == ["local", "mpi", "ssh", "slurm"]
         check_shape(ClusterShape("pbs", 2, ()))
+        assert launcher_names() == ("mpi", "local", "ssh", "slurm", "pbs")
+        assert resolve(parse_args("--launcher pbs -n 2"), RunDefaults(), mpiexec_found=False).launcher == "pbs"
     finally:
         launchers.registry.cache_clear()
+        launcher_names.cache_clear()
+
+
+def test_an_unknown_launcher_is_refused_by_the_flag_naming_the_choices():
+    with pytest.raises(UsageError, match=r"--launcher must be one of mpi, local, ssh, slurm, not 'pbs'"):
+        resolve(parse_args("--launcher pbs"), RunDefaults(), mpiexec_found=False)
 
 
 def test_open_mpi_env_on_one_host(monkeypatch):

@@ -17,7 +17,7 @@ import re
 from typing import Any, Literal, TypedDict, cast
 
 from jupyter_dist.plan import validate
-from jupyter_dist.plan.defaults import BACKENDS, IB_MODES, LAUNCHERS, RunDefaults
+from jupyter_dist.plan.defaults import BACKENDS, IB_MODES, RunDefaults, launcher_names
 from jupyter_dist.views.controls import CLUSTER_ACTIONS, check_defaults, framework_choices, stopped_status
 
 PROTOCOL_VERSION = "1.2"
@@ -210,7 +210,7 @@ def welcome() -> WelcomeMsg:
         frameworks=[name for name, _title in choices],
         framework_titles=dict(choices),
         backends=list(BACKENDS),
-        launchers=list(LAUNCHERS),
+        launchers=list(launcher_names()),
         ib_modes=list(IB_MODES),
         actions=list(CLUSTER_ACTIONS),
         factory_defaults=RunDefaults().to_json(),
