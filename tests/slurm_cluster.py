@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -70,7 +71,10 @@ def _stop_pidfile(pidfile: Path) -> None:
 class SlurmCluster:
     """`nodes` slurmd nodes `<tag>n0..`, each in namespace `<tag>n<i>` at `<net>.<2+i>`; the host at `<net>.1`."""
 
-    def __init__(self, nodes: int) -> None:
+    def __init__(self, nodes: int, private: dict[int, list[str]] | None = None) -> None:
+        """`private`: node -> folders that node sees as an empty tmpfs of its own (a node-local disk
+        where the kernel's host has a folder of the same path: no shared state folder)."""
+        self.private = private or {}
         self.tag = f"js{os.getpid() % 100000}"
         self.net = f"10.214.{100 + os.getpid() % 100}"
         self.host_addr = f"{self.net}.1"
@@ -96,14 +100,17 @@ class SlurmCluster:
         subprocess.run(["munged", "-f", f"--socket={d}/munge.sock", f"--key-file={key}", f"--log-file={d}/munged.log",
                         f"--pid-file={d}/munged.pid", f"--seed-file={d}/munged.seed"], check=True, timeout=60)
         subprocess.run(["slurmctld"], check=True, timeout=60)
-        for name in self.names:
+        for i, name in enumerate(self.names):
             log = open(d / f"slurmd-{name}.out", "w")  # noqa: SIM115 - closed with the process
             # `ip netns exec` mounts a fresh /sys, without the cgroup file systems slurmd 22.05 checks for
             # even with proctrack/linuxproc and task/none (a bind of the host's is refused here): a tmpfs
             # and the named systemd hierarchy (the only one it stats), mounted again in this namespace
             cg = "/sys/fs/cgroup"
+            own = "".join(f"mount -t tmpfs -o mode=0700 jd_private {shlex.quote(p)} && " for p in self.private.get(i, ()))
+            for p in self.private.get(i, ()):
+                Path(p).mkdir(parents=True, exist_ok=True)  # the mount point, on the host
             cmd = (f"mount -t tmpfs cgroup_root {cg} && mkdir {cg}/systemd && "
-                   f"mount -t cgroup -o none,name=systemd cgroup {cg}/systemd && hostname {name} && exec slurmd -D")
+                   f"mount -t cgroup -o none,name=systemd cgroup {cg}/systemd && {own}hostname {name} && exec slurmd -D")
             self.slurmd.append(subprocess.Popen(["ip", "netns", "exec", name, "unshare", "--uts", "sh", "-c", cmd],
                                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                 env={**os.environ, "SLURM_CONF": str(self.conf)}))
