@@ -307,7 +307,8 @@ def test_ssh_launcher_engines_on_each_host(hosts_shell, distrun, two_hosts):
             dist.init_process_group("gloo", init_method="env://")
             t = torch.tensor([float(dist.get_rank() + 1)])
             dist.all_reduce(t)
-            got = dict(rank=dist.get_rank(), total=t.item(), host=socket.gethostname(), addrs=addrs, env=env)
+            import jupyter_dist as _jd
+            got = dict(rank=dist.get_rank(), total=t.item(), host=socket.gethostname(), addrs=addrs, env=env, code=_jd.__file__)
             print("all_reduce", t.item())
             """
         ),
@@ -318,6 +319,7 @@ def test_ssh_launcher_engines_on_each_host(hosts_shell, distrun, two_hosts):
     for r, g in enumerate(got):
         assert g["addrs"] == [HOST_ADDRS[r // 2]] and g["host"] == two_hosts.hostnames[r // 2]
         assert g["env"]["MASTER_ADDR"] == HOST_ADDRS[0] and g["env"]["GLOO_SOCKET_IFNAME"] == "eth0"
+        assert g["code"] == jupyter_dist.__file__  # the kernel's PYTHONPATH reached the engines
     cluster = jupyter_dist.get_session().cluster
     assert cluster.shape.launcher == "ssh" and cluster.controller_ip == KERNEL_ADDR
     inside = set(two_hosts.pids_inside())

@@ -47,7 +47,7 @@ class SshLauncher(Launcher):
         conf.ssh_cmd = ssh
         conf.scp_cmd = ["scp", *ssh[1:]]  # scp reads the same -F/-i/-o options; used for engine logs
         conf.remote_python = sys.executable
-        conf.environment = {"PYTHONUNBUFFERED": "1"}
+        conf.environment = {"PYTHONUNBUFFERED": "1", **hostmod.forwarded_paths(os.environ)}
         conf.engine_args = ["--IPEngine.auto_create=True"]
         cluster.config.SSHEngineLauncher.to_send = []
         return [f"engines on {len(shape.hosts)} hosts ({', '.join(shape.hosts)}) started in parallel, one ssh per host, through "

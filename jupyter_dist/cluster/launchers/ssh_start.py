@@ -81,6 +81,16 @@ def parallel_ssh_engine_launcher() -> type:
                 raise TimeoutError("still running")
             return -1
 
+        def get_output(self, remove: bool = False) -> str:
+            """The engine's output file, read with `cat` over ssh (scp needs an sftp server a host may lack)."""
+            if self._output is None:
+                script = f"cat {shlex.quote(self.remote_output_file)} 2>/dev/null || true\n"
+                try:
+                    self._output = run_ssh(self.ssh_cmd + self.ssh_args, self.location, script, timeout=60)
+                except (RuntimeError, subprocess.TimeoutExpired):
+                    self._output = ""
+            return self._output
+
         def signal(self, sig: int) -> None:
             if self.state == "running":
                 run_ssh(self.ssh_cmd + self.ssh_args, self.location, f"kill -{int(sig)} {self.pid} 2>/dev/null || true\n",
