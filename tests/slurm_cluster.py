@@ -7,6 +7,9 @@ name) and its own spool, pid and log files (`%n` in slurm.conf). Process trackin
 plugins need no cgroups (`proctrack/linuxproc`, `task/none`); munge is shared through its socket
 file (a path-named Unix socket crosses network namespaces).
 
+`SlurmCluster(1, namespaces=False)` is this host alone as the node, at 127.0.0.1, with no namespace
+(tests/integration/test_slurm.py: Slurm on one workstation).
+
 `SlurmCluster.destroy` removes everything it made (jobs, daemons, processes left in the
 namespaces, the namespaces and the bridge) and is safe to call on a half-made cluster.
 Needs root, iproute2, slurm-wlm and munge.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -29,22 +33,24 @@ import psutil
 
 from jupyter_dist.common.ports import free_ports
 
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "ip")
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 
 
-def missing_tools() -> list[str]:
-    return [d for d in DAEMONS if shutil.which(d) is None and not Path("/usr/sbin", d).exists()]
+def missing_tools(namespaces: bool = True) -> list[str]:
+    wanted = (*DAEMONS, "ip") if namespaces else DAEMONS
+    return [d for d in wanted if shutil.which(d) is None and not Path("/usr/sbin", d).exists()]
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
 
 
-def _hardware() -> str:
-    """This host's CPUs and memory as `slurmd -C` says (every node is this machine), without NodeName."""
+def _hardware() -> tuple[str, str]:
+    """This host's Slurm name and its CPUs and memory as `slurmd -C` says (every node is this machine)."""
     out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True, timeout=60).stdout
     line = next(line for line in out.splitlines() if line.startswith("NodeName="))
-    return " ".join(w for w in line.split() if not w.startswith(("NodeName=", "UpTime=")))
+    name = line.split()[0].removeprefix("NodeName=")
+    return name, " ".join(w for w in line.split() if not w.startswith(("NodeName=", "UpTime=")))
 
 
 def _stop_pidfile(pidfile: Path) -> None:
@@ -70,12 +76,21 @@ def _stop_pidfile(pidfile: Path) -> None:
 class SlurmCluster:
     """`nodes` slurmd nodes `<tag>n0..`, each in namespace `<tag>n<i>` at `<net>.<2+i>`; the host at `<net>.1`."""
 
-    def __init__(self, nodes: int) -> None:
+    def __init__(self, nodes: int, private: dict[int, list[str]] | None = None, namespaces: bool = True) -> None:
+        """`private`: node -> folders that node sees as an empty tmpfs of its own (a node-local disk
+        where the kernel's host has a folder of the same path: no shared state folder).
+        `namespaces=False`: one node, this host itself at 127.0.0.1 (a Slurm on one workstation)."""
+        if not namespaces and (nodes != 1 or private):
+            raise ValueError("a Slurm without namespaces has one node, this host, and nothing private")
+        self.private = private or {}
+        self.namespaces = namespaces
         self.tag = f"js{os.getpid() % 100000}"
         self.net = f"10.214.{100 + os.getpid() % 100}"
         self.host_addr = f"{self.net}.1"
         self.names = [f"{self.tag}n{i}" for i in range(nodes)]  # node names = namespace names = host names
         self.addrs = [f"{self.net}.{2 + i}" for i in range(nodes)]
+        if not namespaces:
+            self.host_addr, self.names, self.addrs = "127.0.0.1", [_hardware()[0]], ["127.0.0.1"]
         self.bridge = f"{self.tag}br"
         self.dir = Path(tempfile.mkdtemp(prefix="jd-slurmn-"))  # short: the munge socket path must fit in sun_path
         self.conf = self.dir / "slurm.conf"
@@ -85,7 +100,8 @@ class SlurmCluster:
     # -- set-up ---------------------------------------------------------------------
 
     def create(self, timeout: float = 90.0) -> None:
-        self._network()
+        if self.namespaces:
+            self._network()
         self._config()
         os.environ["SLURM_CONF"] = str(self.conf)
         d = self.dir
@@ -96,15 +112,19 @@ class SlurmCluster:
         subprocess.run(["munged", "-f", f"--socket={d}/munge.sock", f"--key-file={key}", f"--log-file={d}/munged.log",
                         f"--pid-file={d}/munged.pid", f"--seed-file={d}/munged.seed"], check=True, timeout=60)
         subprocess.run(["slurmctld"], check=True, timeout=60)
-        for name in self.names:
+        for i, name in enumerate(self.names):
             log = open(d / f"slurmd-{name}.out", "w")  # noqa: SIM115 - closed with the process
             # `ip netns exec` mounts a fresh /sys, without the cgroup file systems slurmd 22.05 checks for
             # even with proctrack/linuxproc and task/none (a bind of the host's is refused here): a tmpfs
             # and the named systemd hierarchy (the only one it stats), mounted again in this namespace
             cg = "/sys/fs/cgroup"
+            own = "".join(f"mount -t tmpfs -o mode=0700 jd_private {shlex.quote(p)} && " for p in self.private.get(i, ()))
+            for p in self.private.get(i, ()):
+                Path(p).mkdir(parents=True, exist_ok=True)  # the mount point, on the host
             cmd = (f"mount -t tmpfs cgroup_root {cg} && mkdir {cg}/systemd && "
-                   f"mount -t cgroup -o none,name=systemd cgroup {cg}/systemd && hostname {name} && exec slurmd -D")
-            self.slurmd.append(subprocess.Popen(["ip", "netns", "exec", name, "unshare", "--uts", "sh", "-c", cmd],
+                   f"mount -t cgroup -o none,name=systemd cgroup {cg}/systemd && {own}hostname {name} && exec slurmd -D")
+            argv = ["ip", "netns", "exec", name, "unshare", "--uts", "sh", "-c", cmd] if self.namespaces else ["slurmd", "-D"]
+            self.slurmd.append(subprocess.Popen(argv,
                                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                 env={**os.environ, "SLURM_CONF": str(self.conf)}))
         self.wait_idle(timeout)
@@ -125,7 +145,7 @@ class SlurmCluster:
         d = self.dir
         (d / "state").mkdir()
         ctld_port, slurmd_port = free_ports(2)
-        hw = _hardware()
+        hw = _hardware()[1]
         nodes = "\n".join(f"NodeName={n} NodeAddr={a} {hw} State=UNKNOWN" for n, a in zip(self.names, self.addrs,
                                                                                              strict=True))
         for n in self.names:
@@ -187,7 +207,7 @@ class SlurmCluster:
 
     def pids_inside(self) -> list[int]:
         pids: list[int] = []
-        for ns in self.names:
+        for ns in self.names if self.namespaces else ():
             res = _ip("netns", "pids", ns, check=False)
             pids += [int(p) for p in res.stdout.split()]
         return pids
@@ -224,9 +244,10 @@ class SlurmCluster:
         psutil.wait_procs(procs, timeout=10)
         for name in ("slurmctld.pid", "munged.pid"):
             _stop_pidfile(self.dir / name)
-        for ns in self.names:
-            _ip("netns", "del", ns, check=False)
-        _ip("link", "del", self.bridge, check=False)
+        if self.namespaces:
+            for ns in self.names:
+                _ip("netns", "del", ns, check=False)
+            _ip("link", "del", self.bridge, check=False)
         if self._saved_conf is None:
             os.environ.pop("SLURM_CONF", None)
         else:

@@ -27,6 +27,14 @@ CONTROLLER_IP_ENV = "JUPYTER_DIST_CONTROLLER_IP"
 # Variables every remote rank needs from the kernel side (PRRTE forwards OMPI_*/PRTE_*/PMIX_* itself).
 FORWARD_ENV: tuple[str, ...] = ("IPP_CONNECTION_INFO", "PYTHONUNBUFFERED")
 
+# ... and what they need when the kernel has it: its import path (as Slurm's --export=ALL passes it)
+PATH_ENV: tuple[str, ...] = ("PYTHONPATH",)
+
+
+def forwarded_paths(env: Mapping[str, str]) -> dict[str, str]:
+    """The kernel's `PATH_ENV` variables that are set, for the engines on other hosts."""
+    return {k: env[k] for k in PATH_ENV if env.get(k)}
+
 
 def has_remote(hosts: Iterable[str]) -> bool:
     """Whether any node is on another host (else the single-host path: loopback, shared memory)."""

@@ -18,6 +18,7 @@ from typing import IO
 import psutil
 
 from jupyter_dist.common.files import crash_file, stack_file
+from jupyter_dist.engine.crash_records import usable_folder
 from jupyter_dist.engine.torch_hooks import forget_world
 
 _open: dict[str, IO[str]] = {}  # the files faulthandler writes to, kept open for it
@@ -26,8 +27,8 @@ _open: dict[str, IO[str]] = {}  # the files faulthandler writes to, kept open fo
 def arm_stack_files(stack_dir: str, rank: int) -> None:
     """SIGUSR1 dumps all Python stacks to `rank`'s stack file; a fatal signal (SIGSEGV, SIGFPE,
     SIGABRT, SIGBUS, SIGILL) writes them to its crash file."""
+    stack_dir = usable_folder(stack_dir)  # the kernel's folder, else a node-local one (crash_records.py)
     path = stack_file(stack_dir, rank)
-    os.makedirs(stack_dir, mode=0o700, exist_ok=True)
     old = _open.pop("stack", None)
     if old is not None:
         old.close()

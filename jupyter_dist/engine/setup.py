@@ -19,7 +19,7 @@ from IPython import get_ipython
 
 from jupyter_dist.common.channel import EXIT, ExitData
 from jupyter_dist.common.hosts import source_address
-from jupyter_dist.engine import agent, cells, collectives, release, resources, stacks
+from jupyter_dist.engine import agent, cells, collectives, crash_records, release, resources, stacks
 from jupyter_dist.engine.faults import arm_stack_files
 from jupyter_dist.engine.publish import publish
 from jupyter_dist.engine.torch_hooks import sync_torch_threads
@@ -99,6 +99,7 @@ def assign_rank(rank: int, stack_dir: str, agent_token: str, controller_ip: str)
     _flush_before_dying()
     arm_stack_files(stack_dir, rank)
     stacks.register()
+    crash_records.register()
     collectives.register()
     resources.register()
     release.register()

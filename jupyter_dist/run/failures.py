@@ -123,6 +123,12 @@ def with_notes(failures: Iterable[Failure], notes: Mapping[int, str]) -> list[Fa
     return [replace(f, note=notes[f.rank]) if f.rank in notes else f for f in failures]
 
 
+def with_crash_stacks(failures: Iterable[Failure], crashes: Mapping[int, str]) -> list[Failure]:
+    """Dead ranks with what faulthandler wrote (their stacks when the fatal signal came) as their traceback."""
+    return [replace(f, traceback=tuple(crashes[f.rank].strip().splitlines()))
+            if f.died and not f.traceback and crashes.get(f.rank, "").strip() else f for f in failures]
+
+
 def in_order(failures: Iterable[Failure]) -> list[Failure]:
     """The first failure, then the others by time.
 
@@ -149,6 +155,7 @@ def report_lines(order: list[Failure], finished: Iterable[int]) -> list[str]:
             lines.append(f"--- {f.where} failed first:")
             if f.died:
                 lines.append(f"its engine process {f.note or 'ended with no exit code'}")
+                lines.extend(f.traceback)  # its crash file's stacks, where it had one
             elif f.what == "status":
                 lines.append(f"its script exited with status {f.exit_code}")
             else:

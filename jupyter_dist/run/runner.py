@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_dist.cluster.crash_records import crash_records
 from jupyter_dist.cluster.engines import EngineCluster
 from jupyter_dist.cluster.profile import state_dir
 from jupyter_dist.cluster.retention import prune_all
 from jupyter_dist.common import channel
-from jupyter_dist.common.files import read_crash
 from jupyter_dist.engine import setup as engine_side
 from jupyter_dist.engine.cells import CELL_LABEL
 from jupyter_dist.engine.faults import abort_collectives
@@ -87,6 +87,7 @@ class Runner:
         self._group_gone = False  # a rank said the cell destroyed its torch group (engine.torch_group_gone)
         self.last_stacks: hangs.Snapshot | None = None  # the stacks a --timeout took
         self.timeout_phases: dict[str, float] = {}  # seconds each step of the last --timeout report took
+        self._crashes: dict[int, str] = {}  # dead ranks' crash records, shown as their stacks
 
     # -- set-up --------------------------------------------------------------------
 
@@ -337,7 +338,8 @@ class Runner:
         return values
 
     def _failure(self, failed: list[failures.Failure], finished: list[int]) -> RankFailure:
-        error = failures.rank_failure(failures.with_notes(failed, self._death_notes(failed)), finished)
+        noted = failures.with_notes(failed, self._death_notes(failed))
+        error = failures.rank_failure(failures.with_crash_stacks(noted, self._crashes), finished)
         dead = [f.rank for f in failed if f.died]
         if dead and self.cluster.running:  # started now: registered by the time the next cell runs
             with contextlib.suppress(Exception):
@@ -351,7 +353,10 @@ class Runner:
         if not dead:
             return {}
         stack_dir = self.cluster.stack_dir if self.cluster.running else None
-        crashes = {f.rank: read_crash(stack_dir, f.rank) for f in dead if f.exit_code is None} if stack_dir else {}
+        # from the state folder, else from the node's live ranks (no shared folder: cluster/crash_records.py)
+        crashes = crash_records(self.cluster, [f.rank for f in dead if f.exit_code is None],
+                                dead=[f.rank for f in dead]) if stack_dir else {}
+        self._crashes = crashes
         notes = failures.local_notes(dead, crashes)
         if notes:
             return notes

@@ -307,17 +307,19 @@ def test_ssh_launcher_engines_on_each_host(hosts_shell, distrun, two_hosts):
             dist.init_process_group("gloo", init_method="env://")
             t = torch.tensor([float(dist.get_rank() + 1)])
             dist.all_reduce(t)
-            got = dict(rank=dist.get_rank(), total=t.item(), host=socket.gethostname(), addrs=addrs, env=env)
+            import jupyter_dist as _jd
+            got = dict(rank=dist.get_rank(), total=t.item(), host=socket.gethostname(), addrs=addrs, env=env, code=_jd.__file__)
             print("all_reduce", t.item())
             """
         ),
     )
-    assert "started one by one through ssh -F" in out.out
+    assert "started in parallel, one ssh per host, through ssh -F" in out.out
     got = hosts_shell.user_ns["got"]
     assert [g["rank"] for g in got] == [0, 1, 2, 3] and {g["total"] for g in got} == {10.0}
     for r, g in enumerate(got):
         assert g["addrs"] == [HOST_ADDRS[r // 2]] and g["host"] == two_hosts.hostnames[r // 2]
         assert g["env"]["MASTER_ADDR"] == HOST_ADDRS[0] and g["env"]["GLOO_SOCKET_IFNAME"] == "eth0"
+        assert g["code"] == jupyter_dist.__file__  # the kernel's PYTHONPATH reached the engines
     cluster = jupyter_dist.get_session().cluster
     assert cluster.shape.launcher == "ssh" and cluster.controller_ip == KERNEL_ADDR
     inside = set(two_hosts.pids_inside())
@@ -328,6 +330,20 @@ def test_ssh_launcher_engines_on_each_host(hosts_shell, distrun, two_hosts):
         found = listening(e.pid)
         assert {ip for ip, port in found if port != master_port} <= {HOST_ADDRS[e.rank // 2], "127.0.0.1"}, found
     _stop_and_check_hosts_empty(two_hosts)
+
+
+def test_ssh_start_beside_mpi_start(hosts_shell, distrun, two_hosts, capsys):
+    """The same layout (2 hosts x 2) started cold by each launcher: figures printed (docs/slurm.md), not asserted."""
+    took = {}
+    for launcher in ("mpi", "ssh"):
+        jupyter_dist.get_session().cluster.stop()
+        t0 = time.monotonic()
+        distrun(f"-f pytorch --launcher {launcher} --hosts {HOSTS} -n 2 -o where", "import socket\nwhere = socket.gethostname()")
+        took[launcher] = time.monotonic() - t0
+        assert hosts_shell.user_ns["where"] == [two_hosts.hostnames[r // 2] for r in range(4)]
+    with capsys.disabled():
+        print(f"\ncold start to first result, 2 hosts x 2 engines: --launcher mpi {took['mpi']:.1f} s, "
+              f"--launcher ssh {took['ssh']:.1f} s ({took['ssh'] / took['mpi']:.2f}x)")
 
 
 def test_stop_leaves_nothing_on_the_hosts(hosts_shell, distrun, two_hosts):

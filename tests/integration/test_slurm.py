@@ -1,150 +1,35 @@
 """`%%distrun --launcher slurm` on a real single-host Slurm (Debian's slurm-wlm and munge).
 
-The module starts its own munged, slurmctld and slurmd from a generated slurm.conf in a temporary
-folder (SLURM_CONF), with this host as the only node (its real CPUs and memory, from `slurmd -C`)
-and no cgroups, and stops them at the end even when a test fails.
+The module starts its own munged, slurmctld and slurmd (tests/slurm_cluster.py, no namespaces) from a
+generated slurm.conf in a temporary folder (SLURM_CONF), with this host as the only node (its real
+CPUs and memory, from `slurmd -C`) and no cgroups, and stops them at the end even when a test fails.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import socket
 import subprocess
-import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from jupyter_dist.common.ports import free_ports
+from slurm_cluster import SlurmCluster, missing_tools
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(600)]
 
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
-
-
-def _node_line() -> str:
-    """This host as `slurmd -C` sees it (NodeName=... CPUs=... RealMemory=...), without the uptime."""
-    out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True, timeout=60).stdout
-    return next(line for line in out.splitlines() if line.startswith("NodeName="))
-
-
-def _slurm_conf(d: Path, ctld_port: int, slurmd_port: int) -> str:
-    node = _node_line()
-    name = node.split()[0].removeprefix("NodeName=")  # Slurm's short name for this host
-    return textwrap.dedent(
-        f"""\
-        ClusterName=jdtest
-        SlurmctldHost={socket.gethostname().split(".")[0]}(127.0.0.1)
-        SlurmctldPort={ctld_port}
-        SlurmdPort={slurmd_port}
-        SlurmUser=root
-        SlurmdUser=root
-        AuthType=auth/munge
-        CredType=cred/munge
-        AuthInfo=socket={d}/munge.sock
-        StateSaveLocation={d}/state
-        SlurmdSpoolDir={d}/spool
-        SlurmctldPidFile={d}/slurmctld.pid
-        SlurmdPidFile={d}/slurmd.pid
-        SlurmctldLogFile={d}/slurmctld.log
-        SlurmdLogFile={d}/slurmd.log
-        ProctrackType=proctrack/linuxproc
-        TaskPlugin=task/none
-        SwitchType=switch/none
-        MpiDefault=none
-        ReturnToService=2
-        SchedulerType=sched/builtin
-        SelectType=select/cons_tres
-        SelectTypeParameters=CR_Core
-        JobCompType=jobcomp/none
-        AccountingStorageType=accounting_storage/none
-        JobAcctGatherType=jobacct_gather/none
-        SlurmctldDebug=info
-        SlurmdDebug=info
-        {node} NodeAddr=127.0.0.1 State=UNKNOWN
-        PartitionName=debug Nodes={name} Default=YES MaxTime=INFINITE State=UP
-        """
-    )
-
-
-def _logs(d: Path) -> str:
-    parts = []
-    for name in ("munged.log", "slurmctld.log", "slurmd.log"):
-        p = d / name
-        if p.exists():
-            parts.append(f"--- {name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-20:]))
-    return "\n".join(parts)
-
-
-def _stop(pidfile: Path) -> None:
-    """Stop the daemon whose pid file this is (ours only), waiting for it to go."""
-    try:
-        pid = int(pidfile.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        end = time.monotonic() + wait
-        while time.monotonic() < end:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
-
 
 @pytest.fixture(scope="module", autouse=True)
-def slurm() -> Iterator[Path]:
+def slurm(request) -> Path:
     """munged + slurmctld + slurmd for this module (autouse: set up before, torn down after, the shell)."""
-    missing = [d for d in DAEMONS if shutil.which(d) is None and not Path("/usr/sbin", d).exists()]
-    if missing:
+    if missing := missing_tools(namespaces=False):
         pytest.skip(f"Slurm is not installed (no {', '.join(missing)}): apt-get install slurm-wlm munge")
     if os.geteuid() != 0:
         pytest.skip("a test Slurm needs root: slurmd starts jobs as their user, and this one runs as SlurmUser=root")
-    d = Path(tempfile.mkdtemp(prefix="jd-slurm-"))  # short: the munge socket path must fit in sun_path
-    for sub in ("state", "spool"):
-        (d / sub).mkdir()
-    key = d / "munge.key"
-    key.write_bytes(os.urandom(1024))
-    key.chmod(0o600)
-    ctld_port, slurmd_port = free_ports(2)
-    conf = d / "slurm.conf"
-    conf.write_text(_slurm_conf(d, ctld_port, slurmd_port))
-    saved = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(conf)
-    try:
-        # -f: run as root; every file it uses lives in d
-        subprocess.run(["munged", "-f", f"--socket={d}/munge.sock", f"--key-file={key}", f"--log-file={d}/munged.log",
-                        f"--pid-file={d}/munged.pid", f"--seed-file={d}/munged.seed"], check=True, timeout=60)
-        subprocess.run(["slurmctld"], check=True, timeout=60)
-        subprocess.run(["slurmd"], check=True, timeout=60)
-        end = time.monotonic() + 90
-        state = ""
-        while time.monotonic() < end:
-            state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30).stdout.strip()
-            if state == "idle":
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"Slurm did not come up (node state {state!r}):\n{_logs(d)}")
-        yield d
-    finally:
-        subprocess.run(["scancel", "--user", str(os.getuid())], capture_output=True, timeout=60)
-        for name in ("slurmd.pid", "slurmctld.pid", "munged.pid"):
-            _stop(d / name)
-        if saved is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = saved
-        shutil.rmtree(d, ignore_errors=True)
+    cluster = SlurmCluster(1, namespaces=False)
+    request.addfinalizer(cluster.destroy)  # before anything exists, so a half set-up is removed too
+    cluster.create()
+    return cluster.dir
 
 
 def _jobs() -> list[tuple[str, str, str]]:

@@ -1,8 +1,10 @@
-"""`%%distrun --launcher slurm` over a real Slurm cluster of two nodes (tests/slurm_cluster.py).
+"""`%%distrun --launcher slurm` over a real Slurm cluster of three nodes (tests/slurm_cluster.py).
 
 Each node is a `slurmd` in a network namespace of its own: the engines of node 1 cannot reach node
 0 through loopback, so every address a rank gets must be the one the nodes share. One engine job
-serves the module's runs while the layout stays the same (warm engines across nodes).
+serves the module's runs while the layout stays the same (warm engines across nodes); the last test
+takes all three nodes. Node 1 sees the kernel's profile folder as an empty disk of its own: what its
+ranks write there (stack and crash files) reaches the notebook through their engines and agents only.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import shutil
 import subprocess
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from cells import ddp_cell
 from slurm_cluster import SlurmCluster, missing_tools
 
 import jupyter_dist
+from jupyter_dist.cluster.profile import state_dir
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(600)]
 
@@ -32,7 +36,8 @@ def nodes(request):
         pytest.skip("a test Slurm of several nodes needs root (network namespaces, slurmd)")
     if missing := missing_tools():
         pytest.skip(f"Slurm is not installed (no {', '.join(missing)}): apt-get install slurm-wlm munge iproute2")
-    cluster = SlurmCluster(2)
+    # node 1 keeps the cluster's profiles (connection files, stack and crash files) on a disk of its own
+    cluster = SlurmCluster(3, private={1: [str(state_dir() / "profiles")]})
     request.addfinalizer(cluster.destroy)  # before anything exists, so a half set-up is removed too
     t0 = time.monotonic()
     cluster.create()
@@ -77,7 +82,7 @@ def test_ddp_across_two_nodes(nshell, distrun, nodes, capsys):
         assert f"[rank {r}|node {node}] trained rank={r} world=4" in out.out
     assert all(got[0]["params"].equal(g["params"]) for g in got)  # the replicas stayed equal
     cluster = jupyter_dist.get_session().cluster
-    assert cluster.controller_ip == nodes.host_addr and cluster.node_addrs == tuple(nodes.addrs)
+    assert cluster.controller_ip == nodes.host_addr and cluster.node_addrs == tuple(nodes.addrs[:2])
     assert f"controller on {nodes.host_addr}" in out.out
     jobs = [j for j in nodes.jobs() if j[1].startswith("jupyter-dist-")]
     assert len(jobs) == 1 and jobs[0][2] == "RUNNING"
@@ -172,6 +177,26 @@ def test_timeout_stacks_from_both_nodes(nshell, distrun, nodes, capsys):
     assert "in wait_here" in shown, shown
 
 
+def test_a_rank_crashing_on_node_1_without_a_shared_folder(nshell, distrun, nodes):
+    """A fatal signal on node 1: its crash file is on node 1's own disk, read there by a live rank's agent."""
+    from jupyter_dist.errors import RankFailure
+
+    cluster = jupyter_dist.get_session().cluster
+    distrun(f"{FLAGS} -f pytorch", "x = 1")
+    stacks = Path(cluster.stack_dir)
+    assert (stacks / "crash-rank-0.txt").exists() and not (stacks / "crash-rank-3.txt").exists()  # node 1's: not here
+    cell = ("import os, faulthandler\nprint('before the crash', os.environ['RANK'], flush=True)\n"
+            "def crash_here():\n    faulthandler._sigsegv()\nif os.environ['RANK'] == '3':\n    crash_here()\n")
+    with pytest.raises(RankFailure) as err:
+        distrun(f"{FLAGS} -f pytorch", cell)
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", str(err.value) + "\n" + "\n".join(err.value.report))
+    assert "rank 3" in shown and "crashed: Segmentation fault" in shown, shown
+    assert "in crash_here" in shown and "line 4" in shown, shown  # its stack, from the crash file on node 1
+    # its lines, printed on node 1 just before, are in the kernel's per-rank log of the run
+    log = sorted((state_dir() / "logs").iterdir(), key=lambda p: p.stat().st_mtime)[-1] / "rank-3.log"
+    assert "before the crash 3" in log.read_text()
+
+
 def test_exported_sbatch_job_runs_on_the_nodes(nshell, distrun, nodes, tmp_path):
     cell = ("import os, torch, torch.distributed as dist\ndist.init_process_group('gloo', init_method='env://')\n"
             "t = torch.tensor([float(dist.get_rank() + 1)])\ndist.all_reduce(t)\n"
@@ -196,3 +221,21 @@ def test_exported_sbatch_job_runs_on_the_nodes(nshell, distrun, nodes, tmp_path)
         pytest.fail(f"the exported job failed ({done.returncode}): {done.stderr}\n{logs}\n--- the job file\n{text}")
     for r in range(4):
         assert f"EXPORTED rank={r} sum=10 master={nodes.addrs[0]}" in logs, logs
+
+
+def test_ddp_all_reduce_on_three_nodes(nshell, distrun, nodes):
+    """-N 3 -n 1: one rank per node, each in its own namespace, meeting at node 0's address."""
+    out = distrun("--launcher slurm --time 10 -N 3 -n 1 -f pytorch -o got", WHERE + textwrap.dedent(
+        """
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        t = torch.tensor([float(dist.get_rank() + 1)])
+        dist.all_reduce(t)
+        got = dict(where, rank=dist.get_rank(), total=t.item())
+        """))
+    got = nshell.user_ns["got"]
+    assert [g["rank"] for g in got] == [0, 1, 2] and {g["total"] for g in got} == {6.0}, out.out
+    for r, g in enumerate(got):
+        assert g["host"] == nodes.names[r] and g["addrs"] == [nodes.addrs[r]], (r, g)
+        assert g["env"]["MASTER_ADDR"] == nodes.addrs[0] and g["env"]["NODE_RANK"] == str(r), (r, g["env"])
+    assert jupyter_dist.get_session().cluster.node_addrs == tuple(nodes.addrs)

@@ -134,3 +134,14 @@ def test_timeout_lists_each_running_rank_with_its_stack():
 def test_no_failure_is_not_a_report():
     with pytest.raises(ValueError):
         failures.rank_failure([], [0])
+
+
+def test_a_crashed_rank_shows_its_crash_files_stacks():
+    dead = failures.from_error(place(3), EngineError("engine died"), 1.0)
+    crash = 'Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n  File "<cell>", line 4 in f\n'
+    records = failures.with_crash_stacks(failures.with_notes([dead], failures.local_notes([dead], {3: crash})), {3: crash})
+    err = failures.rank_failure(records, finished=[0, 1, 2])
+    assert err.report[:3] == ["--- rank 3 (node 1, local rank 1) failed first:", "its engine process crashed: Segmentation fault",
+                              "Fatal Python error: Segmentation fault"]
+    assert '  File "<cell>", line 4 in f' in err.report
+    assert failures.with_crash_stacks([dead], {}) == [dead]  # no crash file: nothing added

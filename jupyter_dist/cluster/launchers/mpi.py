@@ -102,7 +102,8 @@ class MpiLauncher(Launcher):
             f"controller on {controller_ip}; MPI over TCP on {env.get('OMPI_MCA_btl_tcp_if_include', include)}"
         )
         prefix = str(Path(mpiexec).resolve().parent.parent)
-        return hostmod.mpiexec_host_args(str(hostfile), prefix=prefix, ssh=ssh)
+        forward = (*hostmod.FORWARD_ENV, *hostmod.forwarded_paths(os.environ))
+        return hostmod.mpiexec_host_args(str(hostfile), prefix=prefix, ssh=ssh, forward=forward)
 
     def ranks(self, client: Any, ids: list[int], infos: list[dict[str, Any]], controller_ip: str) -> dict[int, int]:
         """Each engine's MPI rank, which must be in one world of the run's size."""

@@ -296,6 +296,8 @@ class SlurmLauncher(MpiLauncher):
         cfg = cluster.config.JupyterDistSlurmLauncher
         cfg.batch_template = batch_template(job, mpiexec)
         cfg.environment = engine_env(job, env)
+        # a node without this profile folder (no shared home, a node-local disk): the engine makes it
+        cfg.engine_args = ["--IPEngine.auto_create=True"]
         opts = " ".join([*(f"--{k}={v}" for k, v in job.options), *job.extra])
         return [*notes, f"engines as a Slurm job: {job.nodes} node(s) x {job.procs_per_node} task(s)"
                 + (f", {opts}" if opts else "") + f"; controller on {cluster.controller_ip}"]

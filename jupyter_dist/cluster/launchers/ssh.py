@@ -1,4 +1,4 @@
-"""`--launcher ssh`: ipyparallel's SSH engine launcher, each engine started by its own ssh; no MPI world.
+"""`--launcher ssh`: engines started over ssh, one ssh per host, every host at once (`ssh_start.py`); no MPI world.
 
 The connection information travels in the environment (nothing is copied with scp). An engine's
 rank follows from the host it is on (its node) and the order of engine ids there (its local rank).
@@ -16,12 +16,13 @@ from IPython.core.error import UsageError
 
 from jupyter_dist.cluster import hosts as hostmod
 from jupyter_dist.cluster.launchers.base import Launcher
+from jupyter_dist.cluster.launchers.ssh_start import parallel_ssh_engine_launcher
 from jupyter_dist.common.hosts import source_address
 
 
 class SshLauncher(Launcher):
     name = "ssh"
-    engines = "ssh"
+    engines = "ssh"  # replaced by `parallel_ssh_engine_launcher()` in `configure`
 
     def check(self, family: str = "") -> None:
         hosts = self.shape.hosts
@@ -37,18 +38,19 @@ class SshLauncher(Launcher):
         return hostmod.has_remote(self.shape.hosts)
 
     def configure(self, cluster: Any, profile_dir: Path, controller_ip: str) -> list[str]:
-        """`-n` engines per host, each started by its own ssh."""
+        """`-n` engines per host, one ssh per host starting them, the hosts at once."""
         shape = self.shape
         ssh = shlex.split(hostmod.ssh_command(os.environ) or "ssh")
+        cluster.engine_launcher_class = parallel_ssh_engine_launcher()
         conf = cluster.config.SSHEngineSetLauncher
         conf.engines = {h: shape.procs_per_host for h in shape.hosts}
         conf.ssh_cmd = ssh
         conf.scp_cmd = ["scp", *ssh[1:]]  # scp reads the same -F/-i/-o options; used for engine logs
         conf.remote_python = sys.executable
-        conf.environment = {"PYTHONUNBUFFERED": "1"}
+        conf.environment = {"PYTHONUNBUFFERED": "1", **hostmod.forwarded_paths(os.environ)}
         conf.engine_args = ["--IPEngine.auto_create=True"]
         cluster.config.SSHEngineLauncher.to_send = []
-        return [f"engines on {len(shape.hosts)} hosts ({', '.join(shape.hosts)}) started one by one through "
+        return [f"engines on {len(shape.hosts)} hosts ({', '.join(shape.hosts)}) started in parallel, one ssh per host, through "
                 f"{' '.join(ssh)}; controller on {controller_ip}"]
 
     def ranks(self, client: Any, ids: list[int], infos: list[dict[str, Any]], controller_ip: str) -> dict[int, int]:
