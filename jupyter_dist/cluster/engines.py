@@ -384,7 +384,7 @@ class EngineCluster:
         if self._client is not None:
             with contextlib.suppress(Exception):
                 alive_ids = set(self._client.ids)
-        spares = alive_ids - {e.engine_id for e in self.engines} if self.spares is not None else set()
+        spares = set(replacement.spare_ids(self)) if alive_ids else set()
         return {**status_of(self.state, self.shape, self.engines, alive_ids - spares, self.busy), "spares": len(spares)}
 
     def _notify(self) -> None:

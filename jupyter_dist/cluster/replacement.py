@@ -74,7 +74,10 @@ class Spares:
     """Engines started and given no rank yet, oldest first: the warm spares (`DistSettings.spare_engines`)
     and those started at a death. A dead rank's place goes to the oldest, registered by then."""
 
-    ranked: set[int]  # ids of the engines that hold or held a rank: every other registered engine is a spare
+    # the engines that hold or held a rank, by their registration (ipyparallel's engine uuid): every other
+    # registered engine is a spare. Not by id: the controller gives a new MPI engine the id it asks for, its
+    # MPI rank, which may be a dead engine's id
+    ranked: set[str]
     starts: list[float] = field(default_factory=list)  # when each spare was started, oldest first
     preloaded: frozenset[str] = frozenset()  # the modules every registered spare was told to import
 
@@ -147,7 +150,7 @@ def tend(cluster: EngineCluster) -> None:
 
 def _pool(cluster: EngineCluster) -> Spares:
     if cluster.spares is None:
-        cluster.spares = Spares(set(cluster.client.ids) | {e.engine_id for e in cluster.engines})
+        cluster.spares = Spares({_uuid(cluster.client, eid) for eid in cluster.client.ids})
     return cluster.spares
 
 
@@ -200,7 +203,7 @@ def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None]
                                                 cluster.agents.token, cluster.controller_ip)
     for rank, ar in pending.items():
         cluster.agents.addresses[rank] = AgentAddress(*ar.get(30))
-    pool.ranked |= set(new)
+    pool.ranked |= {_uuid(client, eid) for eid in new}
     del pool.starts[:len(ranks)]
     cluster.rotate_master_port()  # the survivors' group is replaced by one the new rank joins
     if cluster.shape is not None and cluster.shape.launcher == "mpi":
@@ -219,7 +222,16 @@ def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None]
 
 
 def _registered(client: Any, pool: Spares) -> list[int]:
-    return sorted(set(client.ids) - pool.ranked)
+    return [eid for eid in sorted(client.ids) if _uuid(client, eid) not in pool.ranked]
+
+
+def _uuid(client: Any, eid: int) -> str:
+    return str(client._engines.get(eid))  # ipyparallel's id -> registration map (a ReverseDict)
+
+
+def spare_ids(cluster: EngineCluster) -> list[int]:
+    """The registered spares' engine ids (started, given no rank)."""
+    return _registered(cluster.client, cluster.spares) if cluster.spares is not None and cluster.running else []
 
 
 def _wait_for_new(client: Any, pool: Spares, n: int, t0: float) -> list[int]:

@@ -14,6 +14,7 @@ import time
 import pytest
 
 import jupyter_dist
+from jupyter_dist.cluster import replacement
 from jupyter_dist.errors import RankFailure, RunTimeout
 from jupyter_dist.plan.defaults import STORE
 from jupyter_dist.plan.settings import settings
@@ -46,8 +47,7 @@ def spare_ready(timeout: float = 120.0) -> float:
     t0 = time.monotonic()
     c = cluster()
     while True:
-        ranked = {e.engine_id for e in c.engines} | (c.spares.ranked if c.spares is not None else set())
-        spare = sorted(set(c.client.ids) - ranked)
+        spare = replacement.spare_ids(c)
         if spare:
             c.client[spare].apply_sync(os.getpid)  # served once its startup imports are done
             return time.monotonic() - t0
