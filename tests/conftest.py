@@ -10,6 +10,9 @@ import pytest
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 # Tests never touch the user's real state directory.
 os.environ.setdefault("JUPYTER_DIST_DIR", str(ARTIFACTS / "state"))
+# No warm spare engine beside the ranks (DistSettings.spare_engines, 1 for users): one more engine per
+# module's cluster would cost CI's 2 cores; tests/faults/test_replace.py runs with the users' default.
+os.environ.setdefault("JUPYTER_DIST_SPARE_ENGINES", "0")
 
 
 @pytest.fixture(scope="module")

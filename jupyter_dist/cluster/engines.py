@@ -375,13 +375,17 @@ class EngineCluster:
         if self.state in ("idle", "busy"):
             self.state = "busy" if busy else "idle"
         self._notify()
+        if not busy and self.state == "idle":
+            with contextlib.suppress(Exception):  # a spare is a convenience: a run never fails for it
+                replacement.tend(self)
 
     def status(self) -> dict[str, Any]:
         alive_ids: set[int] = set()
         if self._client is not None:
             with contextlib.suppress(Exception):
                 alive_ids = set(self._client.ids)
-        return status_of(self.state, self.shape, self.engines, alive_ids, self.busy)
+        spares = set(replacement.spare_ids(self)) if alive_ids else set()
+        return {**status_of(self.state, self.shape, self.engines, alive_ids - spares, self.busy), "spares": len(spares)}
 
     def _notify(self) -> None:
         if self.on_status is not None:

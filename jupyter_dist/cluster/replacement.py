@@ -18,13 +18,14 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jupyter_dist.cluster.agents import AgentAddress
 from jupyter_dist.cluster.launch_session import in_this_session
 from jupyter_dist.cluster.processes import pid_alive
 from jupyter_dist.common.hosts import is_local_host
+from jupyter_dist.engine import release as engine_side_release
 from jupyter_dist.engine import setup as engine_side
 from jupyter_dist.plan.settings import settings
 
@@ -70,11 +71,19 @@ def condemn(cluster: EngineCluster, ranks: list[int]) -> None:
 
 @dataclass
 class Spares:
-    """Replacement engines started (at a rank's death) before the next run gives them their ranks."""
+    """Engines started and given no rank yet, oldest first: the warm spares (`DistSettings.spare_engines`)
+    and those started at a death. A dead rank's place goes to the oldest, registered by then."""
 
-    count: int
-    known: set[int]  # engine ids before they were started: theirs are the others
-    started: float
+    # the engines that hold or held a rank, by their registration (ipyparallel's engine uuid): every other
+    # registered engine is a spare. Not by id: the controller gives a new MPI engine the id it asks for, its
+    # MPI rank, which may be a dead engine's id
+    ranked: set[str]
+    starts: list[float] = field(default_factory=list)  # when each spare was started, oldest first
+    preloaded: frozenset[str] = frozenset()  # the modules every registered spare was told to import
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
 
 
 def replace_dead(cluster: EngineCluster, say: Callable[[str], None] | None = None) -> bool:
@@ -95,19 +104,69 @@ def replace_dead(cluster: EngineCluster, say: Callable[[str], None] | None = Non
 def replace_by_hand(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None] | None = None) -> None:
     if (why := why_not(cluster, ranks)) is not None:
         raise RuntimeError(f"{_words(ranks)} cannot be replaced alone: {why}; %dist restart restarts every rank")
+    condemn(cluster, ranks)
     replace(cluster, ranks, say)
 
 
+def wanted_spares(cluster: EngineCluster) -> int:
+    """How many warm spares this cluster keeps: the setting, where a spare could take a rank's place."""
+    shape = cluster.shape
+    if shape is None or shape.launcher not in REPLACEABLE_LAUNCHERS or not cluster.engines:
+        return 0
+    if any(not is_local_host(e.host) for e in cluster.engines):
+        return 0
+    return settings().spare_engines
+
+
 def start_spares(cluster: EngineCluster, ranks: list[int], only_if_replaceable: bool = False) -> None:
-    """Kill these ranks' engines and start as many new ones (the launcher's kind; see the module)."""
+    """Kill these ranks' engines (dead or stuck) and start what the next run needs to replace them at once:
+    a spare per rank, beyond the warm spares kept (which take the ranks' places; these become the next)."""
     if only_if_replaceable and why_not(cluster, ranks) is not None:
         return
     condemn(cluster, ranks)
+    pool = _pool(cluster)
+    _start(cluster, len(ranks) + wanted_spares(cluster) - pool.count)
+
+
+def tend(cluster: EngineCluster) -> None:
+    """After a run: the warm spares started if they are fewer than the setting, and told to import what
+    the ranks imported (in the background: nothing here waits for an engine)."""
+    wanted = wanted_spares(cluster)
+    if not wanted or not cluster.running:
+        return
+    pool = _pool(cluster)
+    if pool.count < wanted:
+        _start(cluster, wanted - pool.count)
+        return  # they import at start what the ranks had imported (_start)
+    names = frozenset(_loaded(cluster))
+    if names <= pool.preloaded:
+        return
+    ids = _registered(cluster.client, pool)
+    if len(ids) < pool.count:
+        return  # one is still starting: next time
+    cluster.client[ids].apply_async(engine_side_release.preload, sorted(names))
+    pool.preloaded = names | pool.preloaded
+
+
+def _pool(cluster: EngineCluster) -> Spares:
     if cluster.spares is None:
-        known = set(cluster.client.ids) | {e.engine_id for e in cluster.engines}
-        cluster.spares = Spares(0, known, time.monotonic())
-    survivors = [e.rank for e in cluster.engines if e.rank not in ranks]
-    preload = cluster.agents.ask("loaded", survivors[:1], timeout=1.0).results.get(survivors[0], []) if survivors else []
+        cluster.spares = Spares({_uuid(cluster.client, eid) for eid in cluster.client.ids})
+    return cluster.spares
+
+
+def _loaded(cluster: EngineCluster) -> list[str]:
+    """What the ranks have imported among the preloadable modules (asked of a live rank's agent)."""
+    dead = set(dead_ranks(cluster))
+    alive = [e.rank for e in cluster.engines if e.rank not in dead][:1]
+    return cluster.agents.ask("loaded", alive, timeout=1.0).results.get(alive[0], []) if alive else []
+
+
+def _start(cluster: EngineCluster, n: int) -> None:
+    """Start n engines of the launcher's kind (see the module), which import what the ranks had imported."""
+    if n <= 0:
+        return
+    pool = _pool(cluster)
+    preload = _loaded(cluster)
     conf = getattr(cluster._cluster.config, ENGINE_SETS.get(cluster.shape.launcher if cluster.shape else "", "x"), None)
     args = list(conf.engine_args) if conf is not None and "engine_args" in conf else []
     if conf is not None and preload:
@@ -115,23 +174,26 @@ def start_spares(cluster: EngineCluster, ranks: list[int], only_if_replaceable: 
         conf.engine_args = [*args, "--IPEngine.startup_command=import " + ", ".join(preload)]
     try:
         with in_this_session():
-            cluster._cluster.start_engines_sync(len(ranks))
+            cluster._cluster.start_engines_sync(n)
     finally:
         if conf is not None and preload:
             conf.engine_args = args
-    cluster.spares.count += len(ranks)
+    if pool.count == 0:
+        pool.preloaded = frozenset(preload)
+    else:
+        pool.preloaded = pool.preloaded & frozenset(preload)
+    pool.starts.extend([time.monotonic()] * n)
+    cluster._write_pidfile()  # the watchdog stops the new mpiexec too, if the kernel dies
 
 
 def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None] | None = None) -> None:
-    """Give each rank in `ranks` a new engine (started now, or already at its death) and its rank."""
+    """Give each rank in `ranks` a new engine (a warm spare, else one started at its death or now) and its rank."""
     ranks = sorted(ranks)
-    spares: Spares | None = cluster.spares
-    if spares is None or spares.count < len(ranks):
-        start_spares(cluster, ranks if spares is None else ranks[spares.count:])
-        spares = cluster.spares
-    assert spares is not None
+    pool = _pool(cluster)
+    _start(cluster, len(ranks) - pool.count)
     client = cluster.client
-    new = _wait_for_new(client, spares.known, len(ranks), spares.started)
+    started = pool.starts[0]
+    new = _wait_for_new(client, pool, len(ranks), pool.starts[len(ranks) - 1])
     infos = client[new].apply_sync(engine_side.identify)
     pending = {}
     for rank, eid, info in zip(ranks, new, infos, strict=True):
@@ -141,7 +203,8 @@ def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None]
                                                 cluster.agents.token, cluster.controller_ip)
     for rank, ar in pending.items():
         cluster.agents.addresses[rank] = AgentAddress(*ar.get(30))
-    cluster.spares = None
+    pool.ranked |= {_uuid(client, eid) for eid in new}
+    del pool.starts[:len(ranks)]
     cluster.rotate_master_port()  # the survivors' group is replaced by one the new rank joins
     if cluster.shape is not None and cluster.shape.launcher == "mpi":
         cluster.mpi_world_split = True
@@ -153,14 +216,28 @@ def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None]
         kept = [e.rank for e in cluster.engines if e.rank not in ranks]
         one = len(ranks) == 1
         say(f"{_words(ranks)} {'was' if one else 'were'} replaced by a new engine (started "
-            f"{time.monotonic() - spares.started:.1f} s ago): {'its' if one else 'their'} variables are gone; "
+            f"{time.monotonic() - started:.1f} s ago): {'its' if one else 'their'} variables are gone; "
             f"{_words(kept)} kept theirs")
+    _start(cluster, wanted_spares(cluster) - pool.count)  # the warm spares made whole again, for the next death
 
 
-def _wait_for_new(client: Any, known: set[int], n: int, t0: float) -> list[int]:
+def _registered(client: Any, pool: Spares) -> list[int]:
+    return [eid for eid in sorted(client.ids) if _uuid(client, eid) not in pool.ranked]
+
+
+def _uuid(client: Any, eid: int) -> str:
+    return str(client._engines.get(eid))  # ipyparallel's id -> registration map (a ReverseDict)
+
+
+def spare_ids(cluster: EngineCluster) -> list[int]:
+    """The registered spares' engine ids (started, given no rank)."""
+    return _registered(cluster.client, cluster.spares) if cluster.spares is not None and cluster.running else []
+
+
+def _wait_for_new(client: Any, pool: Spares, n: int, t0: float) -> list[int]:
     timeout = settings().start_timeout
     while True:
-        new = sorted(set(client.ids) - known)
+        new = _registered(client, pool)
         if len(new) >= n:
             return new[:n]
         if time.monotonic() - t0 > timeout:

@@ -77,10 +77,21 @@ def abort_collectives(protected_ports: tuple[int, ...] = ()) -> int:
     return shut_peer_sockets(set(protected_ports))
 
 
+def launcher_ports() -> set[int]:
+    """Ports this process's ancestors listen on: the MPI daemon's (PMIx, Open MPI's out-of-band); a rank
+    whose connection to it is shut is ended by Open MPI at its next MPI call. Never a torch peer's."""
+    ports: set[int] = set()
+    for parent in psutil.Process().parents():
+        with contextlib.suppress(psutil.Error):
+            ports |= {c.laddr.port for c in parent.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+    return ports
+
+
 def shut_peer_sockets(protected: set[int], keep_local: set[int] | None = None) -> int:
     """Shut this process's established TCP connections, but those to a port in `protected` and
     those on a local port in `keep_local` (the agent's own)."""
     shut = 0
+    protected = protected | launcher_ports()
     for conn in psutil.Process().net_connections(kind="tcp"):
         if conn.status != psutil.CONN_ESTABLISHED or not conn.raddr or conn.fd < 0:
             continue

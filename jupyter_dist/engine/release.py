@@ -16,6 +16,7 @@ the notebook then reports its native stack (py-spy) and replaces the rank's engi
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
 import threading
@@ -66,6 +67,19 @@ PRELOADABLE = ("torch.distributed", "numpy", "tensorflow", "transformers", "ligh
 def loaded(_: dict[str, Any] | None = None) -> list[str]:
     """Agent op: which of PRELOADABLE this rank has imported (cluster/replacement.py asks a survivor)."""
     return [m for m in PRELOADABLE if m in sys.modules]
+
+
+def preload(names: list[str]) -> list[str]:
+    """Import these of PRELOADABLE now, on a spare engine (no rank yet), so that the rank it may replace
+    finds them imported. Returns those it could not import."""
+    failed = []
+    for name in names:
+        if name in PRELOADABLE and name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a spare without it imports it in the cell, as a new engine would
+                failed.append(name)
+    return failed
 
 
 def register() -> None:

@@ -33,6 +33,16 @@ class DistSettings(Configurable):
                             "(default $JUPYTER_DIST_FAIL_GRACE, else 3).").tag(config=True)
     interrupt_grace = Float(help="Seconds a rank gets to stop after an interrupt before its engine is given up "
                                  "(default $JUPYTER_DIST_INTERRUPT_GRACE, else 5).").tag(config=True)
+    death_grace = Float(help="Seconds the other ranks get to finish or fail after the first rank's engine died "
+                             "(it cannot take part any more: the others are stopped and the death reported "
+                             "sooner than after an exception; default $JUPYTER_DIST_DEATH_GRACE, else 0.3)."
+                        ).tag(config=True)
+    spare_engines = Int(help="Engines kept started beside the ranks, given no rank, so that a dead rank's place "
+                             "is taken at once (the next cell does not wait for a new engine to start); each "
+                             "imports what the ranks imported among torch.distributed, numpy, tensorflow, ... "
+                             "Only with --launcher mpi or local on this host "
+                             "(default $JUPYTER_DIST_SPARE_ENGINES, else 1; 0: a new engine starts at a death)."
+                        ).tag(config=True)
     output_wait = Float(help="Seconds to wait for the ranks' last output once the cell ended "
                              "(default $JUPYTER_DIST_OUTPUT_WAIT, else 60).").tag(config=True)
     keep_folders = Int(help="How many per-run log folders, and how many cluster profile folders, to keep under "
@@ -54,6 +64,14 @@ class DistSettings(Configurable):
     @default("interrupt_grace")
     def _interrupt_grace(self) -> float:
         return _env_float("JUPYTER_DIST_INTERRUPT_GRACE", 5.0)
+
+    @default("death_grace")
+    def _death_grace(self) -> float:
+        return _env_float("JUPYTER_DIST_DEATH_GRACE", 0.3)
+
+    @default("spare_engines")
+    def _spare_engines(self) -> int:
+        return max(0, int(_env_float("JUPYTER_DIST_SPARE_ENGINES", 1)))
 
     @default("keep_folders")
     def _keep_folders(self) -> int:

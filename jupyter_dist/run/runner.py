@@ -167,7 +167,7 @@ class Runner:
         first_fail: float | None = None
         stopped = False
         poll = POLL_FIRST_S
-        fail_grace = settings().fail_grace
+        fail_grace = grace = settings().fail_grace
         try:
             while True:
                 # the end of the run wakes this wait at once, whatever the poll; between polls the
@@ -183,14 +183,16 @@ class Runner:
                         exc = child_error(child)
                         if exc is not None:
                             st.error = exc
-                            first_fail = first_fail or now
+                            if first_fail is None:  # a dead rank's peers cannot finish with it: less grace
+                                first_fail = now
+                                grace = settings().death_grace if failures.is_engine_death(exc) else fail_grace
                             poll = POLL_S
                             # its peers in a collective error out once its group is gone, and
                             # so on around the ring: each failed rank releases the next
                             self._abort_groups([st])
                 if ready:
                     return
-                if first_fail is not None and not stopped and now - first_fail > fail_grace:
+                if first_fail is not None and not stopped and now - first_fail > grace:
                     # the ranks still running are stopped; the loop records how each ended
                     self._stop_all(ar, by_child, sink, logs)
                     stopped = True

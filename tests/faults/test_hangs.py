@@ -128,3 +128,29 @@ def test_old_log_folders_pruned_never_this_kernels(distrun, shell, capsys):
     shell.run_line_magic("dist", "logs")
     out = capsys.readouterr().out
     assert str(logs) in out and "retention: the newest 50 of each are kept" in out
+
+
+def test_mpi_collective_hang(distrun, shell, capsys):
+    """mpi4py: ranks 0, 2, 3 in `COMM_WORLD.Barrier()`, rank 1 asleep, `-f mpi --timeout 5`. Reported with
+    every rank's stack; the ranks in the barrier wait in Open MPI's C loop, which no signal's handler
+    can leave, so their engines are killed and replaced, and the next `-f mpi` run (one MPI world
+    needed) restarts the cluster. Last in the module: the engines' variables are gone after it."""
+    cell = ("import time\nfrom mpi4py import MPI\nw = MPI.COMM_WORLD\n"
+            "if w.Get_rank() == 1:\n    time.sleep(600)\nelse:\n    w.Barrier()\n")
+    t0 = time.monotonic()
+    with pytest.raises(RunTimeout) as info:
+        shell.run_cell_magic("distrun", f"-f mpi {LAYOUT} --timeout {T}", cell)
+    took = time.monotonic() - t0
+    STORE.update(timeout=None)
+    capsys.readouterr()
+    text = "\n".join(info.value._render_traceback_())
+    assert "still running: rank(s) 0, 1, 2, 3" in str(info.value)
+    assert "Barrier" in text and "sleep" in text, text
+    t1 = time.monotonic()
+    out = distrun(f"-f mpi {LAYOUT} -o size", "from mpi4py import MPI\nsize = MPI.COMM_WORLD.allreduce(1)\n")
+    after = time.monotonic() - t1
+    assert shell.user_ns["size"] == [4] * 4
+    print(f"\nmpi4py Barrier vs sleep: --timeout {T}: reported after {took:.2f} s; next -f mpi cell {after:.2f} s\n"
+          f"{text}\n{out.out}")
+    record(f"hang_mpi_barrier_timeout_{T}_report_s", round(took, 2))
+    record("hang_mpi_barrier_next_cell_s", round(after, 2))
