@@ -16,7 +16,7 @@ from typing import Any
 
 from jupyter_dist.cluster.agents import RankAgents
 from jupyter_dist.run.desync import desync_lines
-from jupyter_dist.run.stacks import group, headline, is_library, main_frames, render
+from jupyter_dist.run.stacks import by_rank, group, headline, is_library, main_frames, render
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def take(agents: RankAgents, ranks: Iterable[int] | None = None, timeout: float 
     stacks, collectives = got["stacks"], got.get("collectives")
     return StacksReport(
         taken=time.time(),
-        stacks=dict(stacks.results),
+        stacks=by_rank(stacks.results),  # a worker's stack as its rank's (--fresh, torchrun)
         collectives=dict(collectives.results) if collectives is not None else {},
         missing=dict(stacks.missing),
         took=time.monotonic() - t0,
