@@ -75,7 +75,8 @@ OBSERVE = ("import os, jupyter_dist; from jupyter_dist.views.live_output import 
 COST = ("import json, jupyter_dist; from jupyter_dist.run import resources as _r; "
         "_a = jupyter_dist.get_session().cluster.agents; "
         "_x = _a.ask('resources', sorted(_a.addresses), {'since': 9e18}, timeout=5); "
-        "print('COST', json.dumps({'ranks': {r: v['cost'] for r, v in _x.results.items()}, 'poll': _r._LOOP.cpu_s}))")
+        "import time as _t; print('COST', json.dumps({'ranks': {r: v['cost'] for r, v in _x.results.items()}, "
+        "'poll': _r._LOOP.cpu_s, 'kernel': _t.process_time()}))")
 
 
 def parse(text: str, nproc: int) -> tuple[float, float, float]:
@@ -104,10 +105,11 @@ def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, floa
     return parse(out.stdout, nproc)
 
 
-def cost_of(text: str) -> tuple[dict[int, tuple[float, float]], float]:
-    """(rank -> (sampler CPU s, engine wall s), the kernel's polling CPU s) from COST's line."""
+def cost_of(text: str) -> tuple[dict[int, tuple[float, float]], float, float]:
+    """(rank -> (sampler CPU s, engine wall s), the kernel's polling CPU s, the kernel's CPU s) from COST's line."""
     got = json.loads(text[text.index("COST ") + 5:].splitlines()[0])
-    return {int(r): (c["cpu_s"], c["wall_s"]) for r, c in got["ranks"].items()}, float(got["poll"])
+    return ({int(r): (c["cpu_s"], c["wall_s"]) for r, c in got["ranks"].items()}, float(got["poll"]),
+            float(got["kernel"]))
 
 
 def recorder_cost(calls: int = 20000, blocks: int = 9) -> tuple[float, float]:
@@ -257,6 +259,7 @@ def observe(args: argparse.Namespace) -> None:
         kernel = Kernel()
         rates: dict[str, list[float]] = {"on": [], "off": []}
         cpu: dict[str, list[float]] = {"on": [], "off": []}  # CPU ms per step of a rank's process (engine)
+        kernel_cpu: dict[str, list[float]] = {"on": [], "off": []}  # the kernel's CPU s per s of a run
         sampler: list[float] = []  # a rank's sampler CPU s per wall s, each on-run
         polling: list[float] = []
         loads: list[float] = []
@@ -279,6 +282,7 @@ def observe(args: argparse.Namespace) -> None:
                     rate, c, _ = parse(text, args.nproc)
                     rates[kind].append(rate)
                     cpu[kind].append(c)
+                    kernel_cpu[kind].append((after[2] - before[2]) / wall)
                     if kind == "on":
                         sampler += [(after[0][r][0] - before[0][r][0]) / (after[0][r][1] - before[0][r][1])
                                     for r in after[0] if r in before[0]]
@@ -301,7 +305,9 @@ def observe(args: argparse.Namespace) -> None:
           f"(ratio {statistics.median(cpu['on']) / statistics.median(cpu['off']):.3f})")
     print(f"sampler + its answers, CPU per second on a rank's engine: {frac * 1e3:.3f} ms/s = {frac:.4%} of a core "
           f"(max {max(sampler) * 1e3:.3f} ms/s); {frac * step_ms * 1e3:.1f} µs per {step_ms:.2f} ms step")
-    print(f"kernel's polling thread: {statistics.median(polling) * 1e3:.3f} ms CPU per second (the kernel's process)")
+    print(f"kernel's polling thread: {statistics.median(polling) * 1e3:.3f} ms CPU per second; the whole kernel "
+          f"(live views, charts, output): on {statistics.median(kernel_cpu['on']) * 1e3:.1f} ms/s, "
+          f"off {statistics.median(kernel_cpu['off']) * 1e3:.1f} ms/s (medians)")
     print(f"collectives recorder: {per_call:.2f} µs per collective call (a real gloo all_reduce of 4 floats, group of "
           f"one: {real:.1f} µs); DDP's all-reduces are C++ and not wrapped: 0 calls a step here, "
           f"{per_call / (step_ms * 1e3):.4%} of a step per collective a cell calls each step")

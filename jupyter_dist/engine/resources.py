@@ -83,7 +83,7 @@ def _sample(process: Any, psutil: Any, gpus: _Gpus) -> dict[str, Any]:
     if found:
         sample["workers"] = [_worker(rank, pid, psutil, devices, seen) for rank, pid in found]
     for pid in set(_procs) - seen:
-        del _procs[pid]  # a worker that ended
+        _procs.pop(pid, None)  # a worker that ended
     return sample
 
 

@@ -65,11 +65,12 @@ def take(agents: RankAgents, ranks: Iterable[int] | None = None, timeout: float 
     ask("stacks")
     other.join(timeout + 1.0)
     stacks, collectives = got["stacks"], got.get("collectives")
+    by = by_rank(stacks.results)  # a worker's stack as its rank's (--fresh, torchrun)
     return StacksReport(
         taken=time.time(),
-        stacks=by_rank(stacks.results),  # a worker's stack as its rank's (--fresh, torchrun)
+        stacks=by,
         collectives=dict(collectives.results) if collectives is not None else {},
-        missing=dict(stacks.missing),
+        missing={r: why for r, why in stacks.missing.items() if r not in by},
         took=time.monotonic() - t0,
         world=tuple(wanted),
     )
