@@ -17,6 +17,7 @@ import sys
 from typing import IO, Any
 
 from jupyter_dist.common.process_group import stop_group
+from jupyter_dist.engine import workers
 
 CHILD = "jupyter_dist.engine.script_child"  # run as `-m`: step hooks, then the script as __main__
 STOP_GRACE_S = 5.0
@@ -35,12 +36,15 @@ def run(path: str, args: list[str]) -> int:
     """Run the script in a child process; its exit status (negative: the signal that ended it)."""
     proc = subprocess.Popen(command(path, args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=child_env(os.environ), start_new_session=True)
+    workers.watch(proc.pid, CHILD)  # its resources and stacks are the rank's (engine/workers.py)
     try:
         stream(proc, {proc.stdout: sys.stdout, proc.stderr: sys.stderr})
         return proc.wait()
     except BaseException:
         stop_group(proc, STOP_GRACE_S)  # interrupted: the child goes with the cell
         raise
+    finally:
+        workers.forget(proc.pid)
 
 
 def stream(proc: subprocess.Popen[bytes], sinks: dict[Any, IO[str]]) -> None:

@@ -17,7 +17,7 @@ from IPython.display import display
 
 from jupyter_dist.run.resources import GIB, ResourceStore
 from jupyter_dist.views.charts import MAX_LEGEND_RANKS, _figure, png_bytes
-from jupyter_dist.views.svg_chart import TAB10, Panel, Series, panel_svg
+from jupyter_dist.views.svg_chart import TAB10, Panel, Series, panels_svg
 
 
 def resource_panels(samples: dict[int, list[dict[str, Any]]]) -> list[Panel]:
@@ -50,19 +50,7 @@ def resource_panels(samples: dict[int, list[dict[str, Any]]]) -> list[Panel]:
 
 def resources_svg(store: ResourceStore, width: int = 300, height: int = 200) -> str | None:
     """The panels as one `<svg>`, two a row; None before the first sample."""
-    panels = resource_panels(store.copy())
-    if not panels:
-        return None
-    ncols = min(len(panels), 2)
-    nrows = math.ceil(len(panels) / ncols)
-    w, h = ncols * width, nrows * height
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-           f'style="display:block;max-width:100%;height:auto" font-family="sans-serif">',
-           f'<rect width="{w}" height="{h}" fill="white"/>']
-    for i, panel in enumerate(panels):
-        out += panel_svg(panel, (i % ncols) * width, (i // ncols) * height, width, height)
-    out.append("</svg>")
-    return "\n".join(out)
+    return panels_svg(resource_panels(store.copy()), width, height)
 
 
 MIN_SAMPLES = 5  # a run shorter than this many samples (seconds) leaves no chart (a quick cell adds no output)

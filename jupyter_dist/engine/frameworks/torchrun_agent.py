@@ -23,7 +23,8 @@ from typing import IO, Any
 
 from jupyter_dist.common.channel import relabel
 from jupyter_dist.common.process_group import own_group, stop_group
-from jupyter_dist.engine.frameworks.torchrun_command import ROLE, torchrun_command
+from jupyter_dist.engine import workers
+from jupyter_dist.engine.frameworks.torchrun_command import AGENT, CELL_SCRIPT, ROLE, torchrun_command
 from jupyter_dist.engine.script import run_script
 
 PREFIX = re.compile(rf"^\[{ROLE}(\d+)\]:(.*)$", re.S)  # torchrun's --tee prefix of a worker's line
@@ -76,7 +77,7 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
     work = _fresh_dir()
     script = plan["script"]
     if script is None:
-        script = os.path.join(work, "distrun_cell.py")
+        script = os.path.join(work, CELL_SCRIPT)
         with open(script, "w") as f:
             f.write(cell or "")
     log_dir = os.path.join(work, "logs")
@@ -84,6 +85,7 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=worker_env(os.environ),
                             **own_group())  # a group of its own (to stop it whole), in this session
     echo = Echo(node * procs)
+    workers.watch(proc.pid, AGENT)  # its workers' resources and stacks are their ranks' (engine/workers.py)
     try:
         _stream(proc, echo)
         code = proc.wait()
@@ -92,6 +94,8 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
         if isinstance(e, KeyboardInterrupt):
             raise TorchrunStopped(f"torchrun on node {node} was stopped, with its workers") from None
         raise
+    finally:
+        workers.forget(proc.pid)
     if code == 0:
         echo.release()
     else:
