@@ -162,6 +162,20 @@ def test_a_bar_redrawn_without_newlines_arrives_once_in_its_final_state(shell):
         assert [x for x in log if x.startswith("[stderr]")] == [f"[stderr] r{r} bar 5000/5000"]
 
 
+def test_a_rich_progress_bar_is_text_not_a_display_per_redraw(shell):
+    # rich takes an engine for a notebook (Lightning's default bar where rich is installed): each redraw
+    # was an HTML display from the rank, every one kept in the saved notebook
+    cap = captured(shell, "-N 2 -n 2", """
+        import time
+        from rich.progress import track
+        for i in track(range(20), description="work"):
+            time.sleep(0.01)
+        print("done")
+        """)
+    assert cap.outputs == []
+    assert cap.stdout.count("done") == 4
+
+
 class SmallLiveSink(LiveTextSink):
     KEEP_LINES_PER_RANK = 50
 
