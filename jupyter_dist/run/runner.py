@@ -31,6 +31,7 @@ from jupyter_dist.plan.settings import settings
 from jupyter_dist.run import failures, hangs
 from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
 from jupyter_dist.run.stdin import answer_input
+from jupyter_dist.run.streams import RankStream, RunStreams
 
 POLL_FIRST_S = 0.05  # a short cell ends within it, with no poll in between
 POLL_S = 0.01  # while output flows
@@ -60,7 +61,7 @@ class RankState:
     place: RankPlace
     engine_id: int
     buffers: dict[str, LineBuffer] = field(default_factory=lambda: {s: LineBuffer() for s in STREAMS})
-    offsets: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
+    stream: RankStream = field(default_factory=RankStream)  # its stream messages as they arrive
     displays: int = 0
     done: bool = False
     error: Any = None
@@ -120,7 +121,9 @@ class Runner:
         # nothing reaches the view before the monitor drains it
         # silent, labelled: no execute_input message per rank; engine_cells shows the cell's value
         ar = view.execute(ex.code, silent=True, block=False, label=CELL_LABEL)
-        states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id) for r in ex.ranks}
+        streams = RunStreams(cluster.client, list(ar._children))
+        states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id, stream=s)
+                  for r, s in zip(ex.ranks, streams.ranks, strict=True)}
         by_child = list(zip(ar._children, states.values(), strict=True))
         if on_sent is not None:
             on_sent()
@@ -139,7 +142,9 @@ class Runner:
             died = any(failures.is_engine_death(st.error) for st in states.values())
             with contextlib.suppress(Exception):
                 ar.wait_for_output(3 if died else settings().output_wait)
+            streams.settled()
             self._drain(by_child, sink, logs, final=True)
+            streams.detach()
             sink.finish()
             logs.close()
             prune_old_folders()
@@ -260,18 +265,22 @@ class Runner:
         came = False
         for child, st in by_child:
             md = child.output.metadata
-            # count displays before reading the text: ipyparallel's thread appends a display after
-            # the text sent before it, so every display counted here has that text already in md
+            # count displays before taking the text: ipyparallel's thread queues a rank's text before
+            # it appends a display sent after it, so every display counted here has its text queued
             outputs = md.get("outputs") or []
             n_out = len(outputs)
-            for stream in STREAMS:
-                # whole text each time: ipyparallel rewrites it in place on "\r" (LineBuffer.update)
-                lines = st.buffers[stream].update(md.get(stream) or "")
-                if final:
-                    lines += st.buffers[stream].flush()
+            # the chunks that arrived since the last call (run/streams.py), each read once
+            for stream, text in st.stream.take():
+                lines = st.buffers[stream].feed(text)
                 if lines:
                     came = True
                     self._emit(st.place.rank, stream, lines, sink, logs)
+            if final:
+                for stream in STREAMS:
+                    lines = st.buffers[stream].flush()
+                    if lines:
+                        came = True
+                        self._emit(st.place.rank, stream, lines, sink, logs)
             while st.displays < n_out:
                 content = outputs[st.displays]
                 st.displays += 1

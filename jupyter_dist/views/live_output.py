@@ -73,8 +73,7 @@ class LiveTextSink(TextSink):
         if not lines or not self._visible(rank):
             return
         with self._lock:
-            for line in lines:
-                self.model.line(rank, stream, line)
+            self.model.lines(rank, stream, lines)
 
     def display(self, rank: int, content: dict[str, Any]) -> None:
         if not self._visible(rank):
@@ -89,11 +88,8 @@ class LiveTextSink(TextSink):
     def _tick(self) -> None:
         lowest_priority()
         while not self._stop.wait(self.UPDATE_S):
-            try:
-                with self._lock:
-                    self.refresh()
-            except Exception:  # noqa: BLE001 - a view glitch must never stop the run
-                pass
+            with contextlib.suppress(Exception):  # a view glitch must never stop the run
+                self.refresh()
 
     def _chart_loop(self) -> None:
         lowest_priority()
@@ -104,17 +100,22 @@ class LiveTextSink(TextSink):
                 self.refresh_resources()
 
     def refresh(self) -> None:
-        """Push the text that changed to the widget (called by the timer thread under the lock)."""
+        """Push the text that changed to the widget (called by the timer thread, at most every
+        UPDATE_S however fast lines come). The tails that changed are copied under the lock and
+        drawn and sent outside it: the runner, which takes the lock to hand lines on, never waits
+        for this low-priority thread's drawing."""
         view = self.view
         if view is None or not view.active:
             return
+        with self._lock:
+            changed = [(key, self.model.tails[key].last(self.LIVE_LINES))
+                       for key in self.model.take_dirty() if key in self.model.tails]
+            shown = len(self.model.tails) - 1
         elapsed = time.monotonic() - self._t0
         near = "; near its memory limit: " + "; ".join(self._near_limit) if self._near_limit else ""
-        view.set_status(f"running for {elapsed:.0f} s; {len(self.model.tails) - 1} rank(s) shown{near}")
-        for key in self.model.take_dirty():
-            tail = self.model.tails.get(key)
-            if tail is not None:
-                view.set_html(key, render_html(tail, self.LIVE_LINES, self.model, labelled=key == ALL))
+        view.set_status(f"running for {elapsed:.0f} s; {shown} rank(s) shown{near}")
+        for key, tail in changed:
+            view.set_html(key, render_html(tail, self.LIVE_LINES, self.model, labelled=key == ALL))
 
     def refresh_chart(self) -> bool:
         """Redraw the live chart (an SVG, views/svg_chart.py) when new metrics came and the throttle
