@@ -24,11 +24,11 @@ from jupyter_dist.common import channel
 from jupyter_dist.engine import setup as engine_side
 from jupyter_dist.engine.cells import CELL_LABEL
 from jupyter_dist.engine.faults import abort_collectives
-from jupyter_dist.engine.user_vars import fetch_user
-from jupyter_dist.errors import OutputFetchError, RankFailure
+from jupyter_dist.errors import RankFailure
 from jupyter_dist.plan.layout import Layout, RankPlace
 from jupyter_dist.plan.settings import settings
 from jupyter_dist.run import failures, hangs
+from jupyter_dist.run.fetch import fetch_variable
 from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
 from jupyter_dist.run.stdin import answer_input
 from jupyter_dist.run.streams import RankStream, RunStreams
@@ -328,25 +328,7 @@ class Runner:
     # -- results -------------------------------------------------------------------
 
     def fetch(self, name: str, ranks: tuple[int, ...]) -> dict[int, Any]:
-        client = self.cluster.client
-        eng = self.cluster.engines
-        ars = {r: client[eng[r].engine_id].apply_async(fetch_user, name) for r in ranks}
-        values: dict[int, Any] = {}
-        problems = []
-        for r, a in ars.items():
-            try:
-                status, value = a.get(30)
-            except Exception as e:  # noqa: BLE001 - reported per rank
-                status, value = "unsendable", f"{type(e).__name__}: {e}"
-            if status == "ok":
-                values[r] = value
-            elif status == "missing":
-                problems.append(f"rank {r} has no variable {name!r}")
-            else:
-                problems.append(f"rank {r}'s {name!r} cannot be sent back ({value})")
-        if problems:
-            raise OutputFetchError(f"-o {name}: " + "; ".join(problems) + ".", values)
-        return values
+        return fetch_variable(self.cluster, name, ranks)
 
     def _failure(self, failed: list[failures.Failure], finished: list[int]) -> RankFailure:
         noted = failures.with_notes(failed, self._death_notes(failed))
