@@ -26,6 +26,8 @@ from jupyter_dist.views.resources_view import resources_svg
 from jupyter_dist.views.run_display import NOTEBOOK
 from jupyter_dist.views.svg_chart import metrics_svg
 
+LIVE_POINTS = 300  # points per rank in a live resources panel (a long run's samples thinned)
+
 
 class LiveTextSink(TextSink):
     """In a kernel: a live widget while the run goes (all ranks in arrival order, a tab per rank,
@@ -37,6 +39,7 @@ class LiveTextSink(TextSink):
     KEEP_LINES_PER_RANK = 1000  # what the saved notebook keeps per rank (the log keeps all)
     LIVE_LINES = 200  # what a live tab shows
     CHART_S = 1.0  # the live chart is redrawn at most this often (and less when drawing is slow)
+    RESOURCES_S = 2.0  # the resources panels likewise (their samples come about once a second)
 
     def __init__(self, charts: bool = True, run_display: RunDisplay = NOTEBOOK) -> None:
         super().__init__(charts, run_display)
@@ -50,6 +53,8 @@ class LiveTextSink(TextSink):
         self._chart_cost = 0.0
         self._chart_version = -1
         self._resources_version = -1
+        self._resources_at = -1e9
+        self._resources_cost = 0.0
         self._near_limit: list[str] = []
 
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
@@ -139,15 +144,21 @@ class LiveTextSink(TextSink):
         return True
 
     def refresh_resources(self) -> bool:
-        """Redraw every rank's resources when new samples came (about once a second)."""
+        """Redraw every rank's resources when new samples came, at most every RESOURCES_S and at
+        most 2% of a core (the draw's measured cost), each series thinned to what the panel shows."""
         view = self.view
         if view is None or not view.active or self.resources.version == self._resources_version:
             return False
+        if time.monotonic() - self._resources_at < max(self.RESOURCES_S, 50 * self._resources_cost):
+            return False
+        t = time.monotonic()
         self._resources_version = self.resources.version
         self._near_limit = self.resources.near_limit()
-        svg = resources_svg(self.resources)
+        svg = resources_svg(self.resources, max_points=LIVE_POINTS)
         if svg:
             view.set_resources(svg)
+        self._resources_at = time.monotonic()
+        self._resources_cost = self._resources_at - t
         return True
 
     def finish(self) -> None:
