@@ -12,10 +12,10 @@ import os
 import textwrap
 
 import pytest
+from script_runs import recorded_sinks
 
 import jupyter_dist
 from jupyter_dist.errors import RankFailure
-from jupyter_dist.run.output import TextSink
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 
@@ -118,19 +118,10 @@ def scripts(tmp_path_factory):
 
 
 @pytest.fixture
-def sinks():
+def sinks(shell):
     """The sinks of the runs in the test (their metrics)."""
-    made: list[TextSink] = []
-    runner = jupyter_dist.get_session().runner
-    old = runner.sink_factory
-
-    def factory() -> TextSink:
-        made.append(TextSink())
-        return made[-1]
-
-    runner.sink_factory = factory
-    yield made
-    runner.sink_factory = old
+    with recorded_sinks() as made:
+        yield made
 
 
 @pytest.mark.parametrize("code", ["0", "none", "False"])

@@ -14,10 +14,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from script_runs import twice
-
-import jupyter_dist
-from jupyter_dist.run.output import TextSink
+from script_runs import recorded_sinks, twice
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 
@@ -147,18 +144,10 @@ def scripts(tmp_path_factory):
 
 
 @pytest.fixture
-def sinks():
-    made: list[TextSink] = []
-    runner = jupyter_dist.get_session().runner
-    old = runner.sink_factory
-
-    def factory() -> TextSink:
-        made.append(TextSink())
-        return made[-1]
-
-    runner.sink_factory = factory
-    yield made
-    runner.sink_factory = old
+def sinks(shell):
+    """The sinks of the runs in the test (their metrics)."""
+    with recorded_sinks() as made:
+        yield made
 
 
 def test_horovod_twice_and_its_steps_counted(distrun, scripts, sinks):
