@@ -206,3 +206,47 @@ def test_fresh_runs_in_a_child_process(distrun, scripts, sinks):
     fresh = [json.loads((scripts / f"fresh_{r}.json").read_text()) for r in range(2)]
     assert fresh == _results(scripts)
     assert [len(sinks[-1].metrics.ranks[r].auto_t) for r in range(2)] == [30, 30]
+
+
+ATEXIT = textwrap.dedent(
+    """
+    import atexit, os, threading, time
+
+    rank = os.environ["RANK"]
+
+
+    @atexit.register
+    def goodbye():
+        print(f"rank {rank} atexit ran", flush=True)
+
+
+    atexit.register(print, f"rank {rank} registered second, runs first", flush=True)
+    if os.environ.get("LINGER"):
+        threading.Thread(target=time.sleep, args=(1.5,), name="lingering").start()
+    print(f"rank {rank} main done", flush=True)
+    """
+)
+
+
+def test_atexit_handlers_run_as_the_script_ends(distrun, scripts):
+    """Each run's handlers run once, at its end, last registered first (not piled up in the engine)."""
+    script = scripts / "bye.py"
+    script.write_text(ATEXIT)
+    for _ in range(2):
+        out = distrun(f"{FLAGS} {script}").out
+        for r in range(2):
+            lines = [line for line in out.splitlines() if line.startswith(f"[rank {r}]")]
+            assert [line.split("] ", 1)[1] for line in lines] == [
+                f"rank {r} main done", f"rank {r} registered second, runs first", f"rank {r} atexit ran"], out
+
+
+def test_a_run_that_cannot_be_made_clean_says_why(distrun, scripts):
+    """A script leaving a thread running: one line per rank names it and suggests --fresh; none otherwise."""
+    script = scripts / "bye.py"
+    script.write_text(ATEXIT)
+    quiet = distrun(f"{FLAGS} {script}")
+    assert "cannot be made clean" not in quiet.err
+    out = distrun(f"{FLAGS} --env LINGER=1 {script}")
+    notes = [line for line in out.err.splitlines() if "cannot be made clean" in line]
+    print("\n".join(notes))
+    assert len(notes) == 2 and all("1 thread(s) running (lingering)" in n and "--fresh" in n for n in notes)
