@@ -6,18 +6,16 @@ is then the honest answer; this module names the case in one line on the rank's 
 - MPI finalized by an earlier run (`MPI.Finalize()`): MPI cannot start again in this process.
 - A compiled extension beside the script changed since it was imported: a process cannot load an
   extension module twice; the old one stays.
-- TensorFlow's runtime joined a cluster (`TF_CONFIG`) in an earlier run and this run's cluster differs:
-  a process cannot leave the TensorFlow cluster it joined.
 - Threads the script started and left running (not daemons): a process would wait for them at its
   end; here they live on beside the next run (told after the run).
 
 Also: Horovod's rendezvous of an earlier `-f horovod` run on rank 0 holds the port that TensorFlow's
 first task takes (the cluster's first task port); before a script with a `TF_CONFIG` runs, it is stopped.
+(A TensorFlow cluster other than the one the engines joined restarts them: frameworks/tensorflow.py.)
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -29,8 +27,6 @@ from jupyter_dist.engine.frameworks import horovod
 PREFIX = "jupyter-dist: this warm re-run cannot be made clean: "
 HINT = "; run the script with --fresh (a new process per rank) or %dist restart"
 EXTENSIONS = (".so", ".pyd")
-
-_state: dict[str, object] = {"tf_cluster": None}
 
 
 def say(reason: str) -> None:
@@ -46,23 +42,9 @@ def before_run(changed_modules: dict[str, str]) -> list[str]:
     for name, path in sorted(changed_modules.items()):
         if path.endswith(EXTENSIONS):
             reasons.append(f"the compiled extension {name} changed, and a process cannot load an extension twice")
-    cluster = _tf_cluster()
-    joined = _state["tf_cluster"]
-    if "tensorflow" in sys.modules and joined is not None and cluster is not None and cluster != joined:
-        reasons.append("TensorFlow joined another cluster (TF_CONFIG) in an earlier run, and a process cannot leave it")
-    if cluster is not None:
+    if os.environ.get("TF_CONFIG"):
         horovod.stop_rendezvous()  # its port is the first task's (engine.frameworks.horovod)
     return reasons
-
-
-def _tf_cluster() -> str | None:
-    with_config = os.environ.get("TF_CONFIG")
-    if not with_config:
-        return None
-    try:
-        return json.dumps(json.loads(with_config).get("cluster"), sort_keys=True)
-    except (ValueError, AttributeError):
-        return None
 
 
 @contextmanager
@@ -74,8 +56,6 @@ def noted(changed_modules: dict[str, str]) -> Iterator[None]:
     try:
         yield
     finally:
-        if "tensorflow" in sys.modules and _tf_cluster() is not None:
-            _state["tf_cluster"] = _state["tf_cluster"] or _tf_cluster()
         left = [t.name for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
         if left:
             say(f"the script left {len(left)} thread(s) running ({', '.join(sorted(left)[:3])}), "
