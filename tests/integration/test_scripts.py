@@ -250,3 +250,15 @@ def test_a_run_that_cannot_be_made_clean_says_why(distrun, scripts):
     notes = [line for line in out.err.splitlines() if "cannot be made clean" in line]
     print("\n".join(notes))
     assert len(notes) == 2 and all("1 thread(s) running (lingering)" in n and "--fresh" in n for n in notes)
+
+
+def test_restart_with_no_cluster_starts_one(distrun, shell, scripts, capsys):
+    """The issue's point 2: with the engines gone (here stopped; there given up after a rank would not
+    stop), `%dist restart` starts them afresh in the last run's shape instead of "no cluster is running"."""
+    distrun(f"{FLAGS} {scripts / 'exit.py'} 0")
+    session = jupyter_dist.get_session()
+    session.cluster.stop()
+    shell.run_line_magic("dist", "restart")
+    assert "no cluster was running: started one (2 engines)" in capsys.readouterr().out
+    assert session.cluster.shape is not None and session.cluster.shape.world_size == 2
+    distrun(f"{FLAGS} {scripts / 'exit.py'} 0")  # and it runs
