@@ -11,12 +11,11 @@ status is the rank's. Its stdin is empty (EOF), and an interrupt of the engine s
 from __future__ import annotations
 
 import os
-import selectors
 import subprocess
 import sys
 from typing import IO, Any
 
-from jupyter_dist.common.process_group import stop_group
+from jupyter_dist.common.process_group import read_lines, stop_group
 from jupyter_dist.engine import workers
 
 CHILD = "jupyter_dist.engine.script_child"  # run as `-m`: step hooks, then the script as __main__
@@ -49,32 +48,9 @@ def run(path: str, args: list[str]) -> int:
 
 def stream(proc: subprocess.Popen[bytes], sinks: dict[Any, IO[str]]) -> None:
     """Copy the child's pipes to `sinks` line by line as they come, until both close."""
-    sel = selectors.DefaultSelector()
-    pending: dict[Any, bytes] = {}
-    for pipe in sinks:
-        os.set_blocking(pipe.fileno(), False)
-        sel.register(pipe, selectors.EVENT_READ)
-        pending[pipe] = b""
-    try:
-        while pending:
-            for key, _ in sel.select(timeout=0.2):
-                pipe = key.fileobj
-                chunk = os.read(pipe.fileno(), 65536)  # type: ignore[union-attr]
-                if not chunk:
-                    sel.unregister(pipe)
-                    rest = pending.pop(pipe)
-                    if rest:
-                        _write(sinks[pipe], rest + b"\n")
-                    continue
-                *lines, pending[pipe] = (pending[pipe] + chunk).split(b"\n")
-                if lines:
-                    _write(sinks[pipe], b"\n".join(lines) + b"\n")
-    finally:
-        sel.close()
+    read_lines(sinks, _write)
 
 
-def _write(sink: IO[str], data: bytes) -> None:
-    sink.write(data.decode(errors="replace"))
+def _write(line: str, sink: IO[str]) -> None:
+    sink.write(line + "\n")
     sink.flush()
-
-

@@ -1,17 +1,22 @@
-"""`input()` in a script on the ranks, as under `mpirun`: rank 0 asks the notebook, the others get EOF.
+"""`input()` and `sys.stdin` on the ranks, as under `mpirun`: rank 0 asks the notebook, the others get EOF.
 
 A rank cannot reach the notebook's stdin: its kernel refuses (`StdinNotImplementedError`). So while a
 script runs, `builtins.input` on rank 0 sends the prompt to the notebook (channel.INPUT, with the
 rank's output), and waits; the notebook asks the user with the kernel's own input request, as
 `input()` in a cell does, and hands the line back through the rank's agent (channel.INPUT_OP), which
 answers on its own thread while this one waits. An answer of end of input raises `EOFError`, as does
-`input()` on every other rank (their stdin is `/dev/null` under `mpirun`).
+`input()` on every other rank (their stdin is `/dev/null` under `mpirun`). `sys.stdin` reads alike:
+on rank 0 each line read (`readline()`, `for line in sys.stdin`, `read()` up to the end) is a line
+asked of the notebook, and an empty answer (a notebook's input box has no Ctrl-D) ends the stream; elsewhere `sys.stdin` is empty. So in a
+script and in every `%%distrun` cell (engine.cell_input; not in the user's own `%px` cells, whose
+requests no run loop answers).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import itertools
 import sys
 import threading
@@ -65,18 +70,58 @@ def no_input(prompt: Any = "") -> str:
     raise EOFError("EOF when reading a line (only rank 0 reads the notebook's input, as under mpirun)")
 
 
+class NotebookStdin(io.TextIOBase):
+    """`sys.stdin` of rank 0: each line read is asked of the notebook; its end of input ends the stream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ended = False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def readable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def readline(self, size: int | None = -1) -> str:  # noqa: ARG002 - a line is what the notebook gives
+        if self._ended:
+            return ""
+        try:
+            text = ask_notebook("")
+        except EOFError:
+            text = ""
+        if not text:  # a notebook's input box has no Ctrl-D: an empty answer ends the stream
+            self._ended = True
+            return ""
+        return text + "\n"
+
+    def read(self, size: int | None = -1) -> str:
+        lines = []
+        while size is None or size < 0 or sum(map(len, lines)) < size:
+            line = self.readline()
+            if not line:
+                break
+            lines.append(line)
+        return "".join(lines)
+
+
 @contextlib.contextmanager
 def asking_notebook(rank: int | None = None) -> Iterator[None]:
-    """While the script runs, `input()` as above (rank: this rank, by default the engine's)."""
+    """While the script or cell runs, `input()` and `sys.stdin` as above (rank: by default the engine's)."""
     if rank is None:
         rank = _my_rank()
     agent.register(INPUT_OP, answer)
-    old = builtins.input
+    old_input, old_stdin = builtins.input, sys.stdin
     builtins.input = ask_notebook if rank == 0 else no_input
+    sys.stdin = NotebookStdin() if rank == 0 else io.StringIO("")
     try:
         yield
     finally:
-        builtins.input = old
+        builtins.input, sys.stdin = old_input, old_stdin
 
 
 def _my_rank() -> int:

@@ -19,7 +19,16 @@ from IPython import get_ipython
 
 from jupyter_dist.common.channel import EXIT, ExitData
 from jupyter_dist.common.hosts import source_address
-from jupyter_dist.engine import agent, cells, collectives, crash_records, release, resources, stacks
+from jupyter_dist.engine import (
+    agent,
+    cell_input,
+    cells,
+    collectives,
+    crash_records,
+    release,
+    resources,
+    stacks,
+)
 from jupyter_dist.engine.faults import arm_stack_files
 from jupyter_dist.engine.publish import publish
 from jupyter_dist.engine.torch_hooks import sync_torch_threads
@@ -104,6 +113,7 @@ def assign_rank(rank: int, stack_dir: str, agent_token: str, controller_ip: str)
     collectives.register()
     resources.register()
     release.register()
+    cell_input.register()
     return agent.start(agent_token, source_address(controller_ip))
 
 

@@ -35,9 +35,7 @@ def serve_rendezvous() -> None:
     key = repr((plan, port))
     if _served.get("key") == key:
         return
-    old = _served.pop("server", None)
-    if old is not None:
-        old.shutdown()
+    stop_rendezvous()
     from horovod.runner.common.util.hosts import SlotInfo
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
     from horovod.runner.util.threads import in_thread
@@ -46,3 +44,12 @@ def serve_rendezvous() -> None:
     server.init([SlotInfo(*slot) for slot in plan])
     in_thread(target=server.serve_forever)
     _served.update(key=key, server=server)
+
+
+def stop_rendezvous() -> None:
+    """Stop the rendezvous this engine serves, if any, and free its port."""
+    old = _served.pop("server", None)
+    _served.pop("key", None)
+    if old is not None:
+        old.shutdown()
+        old.server_close()

@@ -12,7 +12,6 @@ import glob
 import json
 import os
 import re
-import selectors
 import shutil
 import signal
 import subprocess
@@ -22,7 +21,7 @@ import traceback
 from typing import IO, Any
 
 from jupyter_dist.common.channel import relabel
-from jupyter_dist.common.process_group import own_group, stop_group
+from jupyter_dist.common.process_group import own_group, read_lines, stop_group
 from jupyter_dist.engine import workers
 from jupyter_dist.engine.frameworks.torchrun_command import AGENT, CELL_SCRIPT, ROLE, torchrun_command
 from jupyter_dist.engine.script import run_script
@@ -154,29 +153,7 @@ class Echo:
 
 def _stream(proc: subprocess.Popen[bytes], echo: Echo) -> None:
     """Read torchrun's stdout and stderr as they come, line by line, until both close."""
-    sel = selectors.DefaultSelector()
-    sinks = {proc.stdout: sys.stdout, proc.stderr: sys.stderr}
-    pending: dict[Any, bytes] = {}
-    for pipe in sinks:
-        assert pipe is not None
-        os.set_blocking(pipe.fileno(), False)
-        sel.register(pipe, selectors.EVENT_READ)
-        pending[pipe] = b""
-    while pending:
-        for key, _ in sel.select(timeout=0.2):
-            pipe = key.fileobj
-            chunk = os.read(pipe.fileno(), 65536)  # type: ignore[union-attr]
-            if not chunk:
-                sel.unregister(pipe)
-                rest = pending.pop(pipe)
-                if rest:
-                    echo.line(rest.decode(errors="replace"), sinks[pipe])  # type: ignore[index]
-                continue
-            *lines, pending[pipe] = (pending[pipe] + chunk).split(b"\n")
-            for line in lines:
-                echo.line(line.decode(errors="replace"), sinks[pipe])  # type: ignore[index]
-    sel.close()
-
+    read_lines({proc.stdout: sys.stdout, proc.stderr: sys.stderr}, echo.line)  # type: ignore[dict-item]
 
 
 def _error_files(log_dir: str) -> list[tuple[int, int, str, str]]:
