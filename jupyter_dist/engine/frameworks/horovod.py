@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from typing import Any
 
 NODES_VAR = "JUPYTER_DIST_HOROVOD_NODES"  # rank 0 only: every node's Horovod host name
@@ -40,7 +41,14 @@ def serve_rendezvous() -> None:
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
     from horovod.runner.util.threads import in_thread
 
-    server = RendezvousHTTPServer(("", port), RendezvousHandler, 0)
+    try:
+        server = RendezvousHTTPServer(("", port), RendezvousHandler, 0)
+    except OSError as e:
+        if "tensorflow" in sys.modules:  # its gRPC server cannot be stopped (engine.frameworks.tensorflow)
+            raise RuntimeError(f"Horovod's rendezvous port {port} is held by this engine's TensorFlow server, "
+                               "and TensorFlow cannot leave a cluster it joined: run %dist restart, then the "
+                               "cell again") from e
+        raise
     server.init([SlotInfo(*slot) for slot in plan])
     in_thread(target=server.serve_forever)
     _served.update(key=key, server=server)
