@@ -25,6 +25,7 @@ from typing import Any
 
 from jupyter_dist.common.channel import INPUT, INPUT_OP, InputAnswer, InputRequest
 from jupyter_dist.engine import agent
+from jupyter_dist.engine.line_stdin import LineStdin
 from jupyter_dist.engine.publish import publish
 
 _ids = itertools.count(1)
@@ -70,61 +71,23 @@ def no_input(prompt: Any = "") -> str:
     raise EOFError("EOF when reading a line (only rank 0 reads the notebook's input, as under mpirun)")
 
 
-class NotebookStdin(io.TextIOBase):
-    """`sys.stdin` of rank 0: each line read is asked of the notebook; its end of input ends the stream."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._ended = False
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return "utf-8"
-
-    def readable(self) -> bool:
-        return True
-
-    def isatty(self) -> bool:
-        return False
-
-    def readline(self, size: int | None = -1) -> str:  # noqa: ARG002 - a line is what the notebook gives
-        if self._ended:
-            return ""
-        try:
-            text = ask_notebook("")
-        except EOFError:
-            text = ""
-        if not text:  # a notebook's input box has no Ctrl-D: an empty answer ends the stream
-            self._ended = True
-            return ""
-        return text + "\n"
-
-    def read(self, size: int | None = -1) -> str:
-        lines = []
-        while size is None or size < 0 or sum(map(len, lines)) < size:
-            line = self.readline()
-            if not line:
-                break
-            lines.append(line)
-        return "".join(lines)
-
-
 @contextlib.contextmanager
 def asking_notebook(rank: int | None = None) -> Iterator[None]:
     """While the script or cell runs, `input()` and `sys.stdin` as above (rank: by default the engine's)."""
     if rank is None:
-        rank = _my_rank()
+        rank = my_rank()
     agent.register(INPUT_OP, answer)
     old_input, old_stdin = builtins.input, sys.stdin
     builtins.input = ask_notebook if rank == 0 else no_input
-    sys.stdin = NotebookStdin() if rank == 0 else io.StringIO("")
+    sys.stdin = LineStdin(ask_notebook) if rank == 0 else io.StringIO("")
     try:
         yield
     finally:
         builtins.input, sys.stdin = old_input, old_stdin
 
 
-def _my_rank() -> int:
+def my_rank() -> int:
+    """This engine's rank (-1 before it has one)."""
     setup = sys.modules.get("jupyter_dist.engine.setup")
     rank = setup._state.get("rank") if setup is not None else None
     return rank if isinstance(rank, int) else -1

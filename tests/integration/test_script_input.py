@@ -86,3 +86,16 @@ def test_input_and_stdin_in_a_cell(kc):
     assert prompts == ["Your name? ", "", "", "", ""]
     assert "[rank 0] rank 0 name='Ada' first='one\\n' rest=['two', 'three']" in out, out
     assert "[rank 1] rank 1 name=None first='' rest=[]" in out, out
+
+
+def test_input_in_a_fresh_child_asks_the_notebook_too(kc, tmp_path):
+    """--fresh: rank 0's child asks through its engine (engine.stdin_relay); rank 1's child reads EOF."""
+    script = tmp_path / "asks_fresh.py"
+    script.write_text(ASKS + "import sys\nprint('rank', rank, 'lines', [l.strip() for l in sys.stdin], flush=True)\n")
+    msg_id = kc.execute(f"%distrun {FLAGS} --fresh {script}", allow_stdin=True)
+    prompts = answer_stdin(kc, ["7", "no", "a", "b", ""])
+    out = wait_idle(kc, msg_id).raise_error().stdout
+    assert prompts == ["How many intervals? ", "Again? ", "", "", ""]
+    assert "[rank 0] rank 0 read 7" in out and "[rank 0] rank 0 then read 'no'" in out, out
+    assert "[rank 0] rank 0 lines ['a', 'b']" in out, out
+    assert "rank 1 read None" in out and "[rank 1] rank 1 lines []" in out, out  # its prompt shows, as under mpirun
