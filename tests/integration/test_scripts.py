@@ -262,3 +262,18 @@ def test_restart_with_no_cluster_starts_one(distrun, shell, scripts, capsys):
     assert "no cluster was running: started one (2 engines)" in capsys.readouterr().out
     assert session.cluster.shape is not None and session.cluster.shape.world_size == 2
     distrun(f"{FLAGS} {scripts / 'exit.py'} 0")  # and it runs
+
+
+FINALIZES = "from mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\nMPI.Finalize()\nprint('finalized', flush=True)\n"
+
+
+def test_a_run_after_mpi_finalize_says_why(distrun, scripts):
+    """An earlier run's MPI.Finalize(): MPI cannot start again in this process; the next run says so
+    (last in the module: these engines' MPI is gone)."""
+    script = scripts / "finalizes.py"
+    script.write_text(FINALIZES)
+    first = distrun(f"-f mpi -N 1 -n 2 --timeout 120 {script}")
+    assert first.out.count("finalized") == 2 and "cannot be made clean" not in first.err
+    again = distrun(f"{FLAGS} {scripts / 'exit.py'} 0")
+    notes = [line for line in again.err.splitlines() if "cannot be made clean" in line]
+    assert len(notes) == 2 and all("MPI was finalized by an earlier run" in n for n in notes), again.err
