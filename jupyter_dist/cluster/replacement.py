@@ -80,6 +80,9 @@ class Spares:
     ranked: set[str]
     starts: list[float] = field(default_factory=list)  # when each spare was started, oldest first
     preloaded: frozenset[str] = frozenset()  # the modules every registered spare was told to import
+    pids: dict[str, int] = field(default_factory=dict)  # registered spares' processes, once they said
+    asked: dict[str, Any] = field(default_factory=dict)  # spares asked for their pid (ipyparallel results)
+    dead: set[str] = field(default_factory=set)  # registered spares whose process ended: never given a rank
 
     @property
     def count(self) -> int:
@@ -149,9 +152,30 @@ def tend(cluster: EngineCluster) -> None:
 
 
 def _pool(cluster: EngineCluster) -> Spares:
+    """The cluster's spares, less any whose process has ended (killed, OOM): a dead spare never takes a
+    rank's place, and is counted no more, so the next start makes up for it."""
     if cluster.spares is None:
         cluster.spares = Spares({_uuid(cluster.client, eid) for eid in cluster.client.ids})
-    return cluster.spares
+    pool: Spares = cluster.spares
+    with contextlib.suppress(Exception):  # a spare is a convenience: its check never fails a run
+        _drop_dead(cluster.client, pool)
+    return pool
+
+
+def _drop_dead(client: Any, pool: Spares) -> None:
+    """Ask each registered spare its pid once (answered when it is free; a local check after that)."""
+    for eid in _registered(client, pool):
+        uuid = _uuid(client, eid)
+        if uuid not in pool.pids:
+            if uuid not in pool.asked:
+                pool.asked[uuid] = client[eid].apply_async(engine_side.identify)
+            if not pool.asked[uuid].ready():
+                continue
+            info = pool.asked.pop(uuid).get(0)
+            pool.pids[uuid] = info["pid"] if is_local_host(info["host"]) else 0  # 0: not checked from here
+        if pool.pids[uuid] and not pid_alive(pool.pids[uuid]):
+            pool.dead.add(uuid)
+            del pool.starts[:1]  # one spare fewer; the oldest start stands for it
 
 
 def _loaded(cluster: EngineCluster) -> list[str]:
@@ -222,7 +246,7 @@ def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None]
 
 
 def _registered(client: Any, pool: Spares) -> list[int]:
-    return [eid for eid in sorted(client.ids) if _uuid(client, eid) not in pool.ranked]
+    return [eid for eid in sorted(client.ids) if _uuid(client, eid) not in pool.ranked | pool.dead]
 
 
 def _uuid(client: Any, eid: int) -> str:

@@ -160,6 +160,31 @@ def test_restart_one_rank_by_hand(distrun, shell, capsys):
     record("time_to_restart_one_rank_by_hand_s", round(took, 2))
 
 
+def test_dead_spare_is_not_given_a_rank(distrun, shell, capsys):
+    """The warm spare's process killed, then a rank: the dead spare is noticed (its process is gone) and
+    a new engine takes the rank's place, not the dead spare nor a wait of start_timeout."""
+    warm_up(shell)
+    spare_ready()
+    warm_up(shell)  # after a run the spares are asked their pids (replacement.tend)
+    c = cluster()
+    (spare,) = replacement.spare_ids(c)
+    spare_pid = c.client[spare].apply_sync(os.getpid)
+    os.kill(spare_pid, 9)
+    before = pids()
+    with pytest.raises(RankFailure):
+        shell.run_cell_magic("distrun", LAYOUT, GROUP + "if rank == 1:\n    os._exit(3)\ntime.sleep(30)\n")
+    capsys.readouterr()
+    took, out = next_cell(distrun, shell)
+    assert "rank 1 was replaced by a new engine" in out, out
+    assert shell.user_ns["ok"] == [(4.0, 0), (4.0, None), (4.0, 2), (4.0, 3)]
+    now = pids()
+    assert [now[r] for r in (0, 2, 3)] == [before[r] for r in (0, 2, 3)] and now[1] != before[1]
+    assert now[1] != spare_pid
+    print(f"\nthe warm spare killed, then rank 1 os._exit(3): next cell {took:.2f} s (a new engine started at "
+          f"the death)\n{out}")
+    record("time_to_next_cell_dead_spare_s", round(took, 2))
+
+
 def test_mpi4py_after_a_replacement(distrun, shell):
     """A replacement has an MPI world of its own; -f mpi then restarts the cluster into one world."""
     if not cluster().mpi_world_split:
