@@ -82,7 +82,8 @@ class Spares:
     preloaded: frozenset[str] = frozenset()  # the modules every registered spare was told to import
     pids: dict[str, int] = field(default_factory=dict)  # registered spares' processes, once they said
     asked: dict[str, Any] = field(default_factory=dict)  # spares asked for their pid (ipyparallel results)
-    dead: set[str] = field(default_factory=set)  # registered spares whose process ended: never given a rank
+    dead: set[str] = field(default_factory=set)  # spares whose engine is gone: never given a rank
+    seen: set[str] = field(default_factory=set)  # spares seen registered (a spare given a rank leaves it)
 
     @property
     def count(self) -> int:
@@ -163,9 +164,16 @@ def _pool(cluster: EngineCluster) -> Spares:
 
 
 def _drop_dead(client: Any, pool: Spares) -> None:
-    """Ask each registered spare its pid once (answered when it is free; a local check after that)."""
-    for eid in _registered(client, pool):
-        uuid = _uuid(client, eid)
+    """Spares whose engine is gone: registered once and no longer (the controller drops a killed engine
+    within a second or so here), or still registered with their process ended (each is asked its pid once,
+    answered when it is free; checked locally after that)."""
+    now = {_uuid(client, eid): eid for eid in client.ids}
+    for uuid in sorted(pool.seen - set(now) - pool.dead):
+        _lost(pool, uuid)
+    for uuid, eid in now.items():
+        if uuid in pool.ranked or uuid in pool.dead:
+            continue
+        pool.seen.add(uuid)
         if uuid not in pool.pids:
             if uuid not in pool.asked:
                 pool.asked[uuid] = client[eid].apply_async(engine_side.identify)
@@ -174,8 +182,12 @@ def _drop_dead(client: Any, pool: Spares) -> None:
             info = pool.asked.pop(uuid).get(0)
             pool.pids[uuid] = info["pid"] if is_local_host(info["host"]) else 0  # 0: not checked from here
         if pool.pids[uuid] and not pid_alive(pool.pids[uuid]):
-            pool.dead.add(uuid)
-            del pool.starts[:1]  # one spare fewer; the oldest start stands for it
+            _lost(pool, uuid)
+
+
+def _lost(pool: Spares, uuid: str) -> None:
+    pool.dead.add(uuid)
+    del pool.starts[:1]  # one spare fewer; the oldest start stands for it
 
 
 def _loaded(cluster: EngineCluster) -> list[str]:
@@ -228,6 +240,7 @@ def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None]
     for rank, ar in pending.items():
         cluster.agents.addresses[rank] = AgentAddress(*ar.get(30))
     pool.ranked |= {_uuid(client, eid) for eid in new}
+    pool.seen -= pool.ranked
     del pool.starts[:len(ranks)]
     cluster.rotate_master_port()  # the survivors' group is replaced by one the new rank joins
     if cluster.shape is not None and cluster.shape.launcher == "mpi":

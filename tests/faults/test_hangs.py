@@ -151,6 +151,33 @@ def test_slow_to_stop_rank_reported_then_kept(distrun, shell, capsys):
     record(f"hang_slow_stop_timeout_{T}_report_s", round(took, 2))
 
 
+def test_mpi_wait_in_python_is_stopped_and_kept(distrun, shell, capsys):
+    """mpi4py, waiting in Python: ranks 0, 2, 3 poll an `Ibarrier()` with `Test()` and `time.sleep`, rank 1
+    sleeps. Every rank stops and keeps its variables and its engine. Their Ibarrier is still pending in
+    COMM_WORLD: the next cell completes it (rank 1 enters the barrier) before its own collective."""
+    pids = [e.pid for e in cluster().engines]
+    cell = ("import time\nfrom mpi4py import MPI\nw = MPI.COMM_WORLD\n"
+            "if w.Get_rank() == 1:\n    time.sleep(600)\nelse:\n    req = w.Ibarrier()\n"
+            "    while not req.Test():\n        time.sleep(0.01)\n")
+    t0 = time.monotonic()
+    with pytest.raises(RunTimeout) as info:
+        shell.run_cell_magic("distrun", f"-f mpi {LAYOUT} --timeout {T}", cell)
+    took = time.monotonic() - t0
+    STORE.update(timeout=None)
+    capsys.readouterr()
+    text = "\n".join(info.value._render_traceback_())
+    assert "every rank stopped and keeps its variables" in text, text
+    t1 = time.monotonic()
+    distrun(f"-f mpi {LAYOUT} -o size", "from mpi4py import MPI\nw = MPI.COMM_WORLD\n"
+            "if w.Get_rank() == 1:\n    w.Barrier()\nsize = (w.allreduce(1), kept)\n")
+    after = time.monotonic() - t1
+    assert shell.user_ns["size"] == [(4, r) for r in range(4)]
+    assert [e.pid for e in cluster().engines] == pids
+    print(f"\nmpi4py Ibarrier polled in Python vs sleep: --timeout {T}: reported after {took:.2f} s; "
+          f"next -f mpi cell {after:.2f} s\n{text}")
+    record(f"hang_mpi_ibarrier_poll_timeout_{T}_report_s", round(took, 2))
+
+
 def test_mpi_collective_hang(distrun, shell, capsys):
     """mpi4py: ranks 0, 2, 3 in `COMM_WORLD.Barrier()`, rank 1 asleep, `-f mpi --timeout 5`. Reported with
     every rank's stack, without waiting out interrupt_grace; the ranks in the barrier wait in Open MPI's C
