@@ -154,7 +154,8 @@ def test_slow_to_stop_rank_reported_then_kept(distrun, shell, capsys):
 def test_mpi_wait_in_python_is_stopped_and_kept(distrun, shell, capsys):
     """mpi4py, waiting in Python: ranks 0, 2, 3 poll an `Ibarrier()` with `Test()` and `time.sleep`, rank 1
     sleeps. Every rank stops and keeps its variables and its engine. Their Ibarrier is still pending in
-    COMM_WORLD: the next cell completes it (rank 1 enters the barrier) before its own collective."""
+    COMM_WORLD: the next cell completes it (rank 1 joins it with an `Ibarrier()` of its own: a non-blocking
+    collective matches no blocking one) before its own collective."""
     pids = [e.pid for e in cluster().engines]
     cell = ("import time\nfrom mpi4py import MPI\nw = MPI.COMM_WORLD\n"
             "if w.Get_rank() == 1:\n    time.sleep(600)\nelse:\n    req = w.Ibarrier()\n"
@@ -168,8 +169,9 @@ def test_mpi_wait_in_python_is_stopped_and_kept(distrun, shell, capsys):
     text = "\n".join(info.value._render_traceback_())
     assert "every rank stopped and keeps its variables" in text, text
     t1 = time.monotonic()
-    distrun(f"-f mpi {LAYOUT} -o size", "from mpi4py import MPI\nw = MPI.COMM_WORLD\n"
-            "if w.Get_rank() == 1:\n    w.Barrier()\nsize = (w.allreduce(1), kept)\n")
+    distrun(f"-f mpi {LAYOUT} --timeout 60 -o size", "from mpi4py import MPI\nw = MPI.COMM_WORLD\n"
+            "if w.Get_rank() == 1:\n    w.Ibarrier().Wait()\nsize = (w.allreduce(1), kept)\n")
+    STORE.update(timeout=None)
     after = time.monotonic() - t1
     assert shell.user_ns["size"] == [(4, r) for r in range(4)]
     assert [e.pid for e in cluster().engines] == pids
