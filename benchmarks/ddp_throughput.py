@@ -1,7 +1,7 @@
 """DDP training throughput: `%distrun` in a real kernel (live views and metrics on) against the same
 script under torchrun, in the same run.
 
-    .venv/bin/python benchmarks/ddp_throughput.py [--nproc 4] [--steps 1000] [--repeats 6] [--ab]
+    .venv/bin/python benchmarks/ddp_throughput.py [--nproc 4] [--steps 1000] [--repeats 6] [--ab] [--observe]
 
 The script (written to a temporary directory) trains a small MLP with DDP over gloo, calls
 `jupyter_dist.report(step, samples, loss)` every step, and prints its own samples/s measured
@@ -13,11 +13,13 @@ each round's ratio (its two runs were seconds apart, so a machine's drift falls 
 with the ratio of the medians and of the bests beside it.
 Prints the ratio (goal >= 0.98) and each variant's CPU time per step of a rank (process, main
 thread): the same CPU at a lower rate means the ranks waited for a core. Asserts nothing.
+`--observe` measures the cost of seeing every rank instead (see `observe`; benchmarks/README.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 from jupyter_dist.common.ports import free_ports
@@ -66,6 +69,14 @@ TEXT_SINK = ("import jupyter_dist; from jupyter_dist.views.live_output import te
 LIVE_SINK = ("import jupyter_dist; from jupyter_dist.views.live_output import default_sink; "
              "jupyter_dist.get_session().runner.sink_factory = default_sink")
 RATE = re.compile(r"RATE (\d+) ([0-9.]+) ([0-9.]+) ([0-9.]+)")
+SWITCH = "JUPYTER_DIST_OBSERVE"  # engine/resources.py: "0" turns the sampling and the collective records off
+OBSERVE = ("import os, jupyter_dist; from jupyter_dist.views.live_output import default_sink; "
+           "jupyter_dist.get_session().runner.sink_factory = default_sink; os.environ['" + SWITCH + "'] = '{on}'")
+COST = ("import json, jupyter_dist; from jupyter_dist.run import resources as _r; "
+        "_a = jupyter_dist.get_session().cluster.agents; "
+        "_x = _a.ask('resources', sorted(_a.addresses), {'since': 9e18}, timeout=5); "
+        "import time as _t; print('COST', json.dumps({'ranks': {r: v['cost'] for r, v in _x.results.items()}, "
+        "'poll': _r._LOOP.cpu_s, 'kernel': _t.process_time()}))")
 
 
 def parse(text: str, nproc: int) -> tuple[float, float, float]:
@@ -92,6 +103,44 @@ def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, floa
     else:
         raise RuntimeError(f"torchrun failed twice ({out.returncode}):\n{out.stderr[-3000:]}")
     return parse(out.stdout, nproc)
+
+
+def cost_of(text: str) -> tuple[dict[int, tuple[float, float]], float, float]:
+    """(rank -> (sampler CPU s, engine wall s), the kernel's polling CPU s, the kernel's CPU s) from COST's line."""
+    got = json.loads(text[text.index("COST ") + 5:].splitlines()[0])
+    return ({int(r): (c["cpu_s"], c["wall_s"]) for r, c in got["ranks"].items()}, float(got["poll"]),
+            float(got["kernel"]))
+
+
+def recorder_cost(calls: int = 20000, blocks: int = 9) -> tuple[float, float]:
+    """The collectives recorder's own cost per call (µs): engine/collectives.py's wrapper around a call
+    that does nothing, against that call bare, in interleaved blocks (thread CPU time, median); and a real
+    gloo all_reduce of 4 floats in a group of one (µs), for scale."""
+    import torch  # the benchmark's own process: only for this measurement
+    import torch.distributed as dist
+
+    from jupyter_dist.engine import collectives
+
+    def bare(*args: object, **kwargs: object) -> None:
+        return None
+
+    wrapped = collectives._recorded("all_reduce", bare)
+    t = torch.ones(4)
+    per: dict[str, list[float]] = {"bare": [], "wrapped": []}
+    for _ in range(blocks):
+        for name, fn in (("bare", bare), ("wrapped", wrapped)):
+            c0 = time.thread_time()
+            for _ in range(calls):
+                fn(t)
+            per[name].append((time.thread_time() - c0) / calls * 1e6)
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", store=dist.FileStore(str(Path(tmp) / "s"), 1), rank=0, world_size=1)
+        c0 = time.thread_time()
+        for _ in range(2000):
+            dist.all_reduce(t)
+        real = (time.thread_time() - c0) / 2000 * 1e6
+        dist.destroy_process_group()
+    return statistics.median(per["wrapped"]) - statistics.median(per["bare"]), real
 
 
 class Kernel:
@@ -130,7 +179,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=6)
     ap.add_argument("--ab", action="store_true",
                     help="also run %%distrun with the plain text sink (no live widget, no live chart)")
+    ap.add_argument("--observe", action="store_true",
+                    help=f"instead of torchrun: %%distrun with {SWITCH}=0 (no resource sampling, no collective "
+                         "records) against the same with them on, and their CPU cost")
     args = ap.parse_args()
+    if args.observe:
+        observe(args)
+        return
     os.environ.setdefault("JUPYTER_DIST_DIR", str(Path(__file__).resolve().parent.parent / "test-artifacts" / "state"))
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "train.py"
@@ -189,6 +244,73 @@ def main() -> None:
             c = statistics.median(x[0] for x in cpu[kind])
             m = statistics.median(x[1] for x in cpu[kind])
             print(f"CPU per step of a rank, {label}: process {c:.2f} ms, main thread {m:.2f} ms (median)")
+
+
+
+def observe(args: argparse.Namespace) -> None:
+    """The cost of seeing every rank: paired, interleaved rounds of %distrun with sampling and recording
+    on and off (both with the live views), and the CPU time the sampler, the agents' answers and the
+    kernel's polling took per second of training, measured in their own threads."""
+    os.environ.setdefault("JUPYTER_DIST_DIR", str(Path(__file__).resolve().parent.parent / "test-artifacts" / "state"))
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "train.py"
+        script.write_text(TRAIN)
+        targs = f"{args.steps} {args.warmup} {args.batch} {args.width}"
+        kernel = Kernel()
+        rates: dict[str, list[float]] = {"on": [], "off": []}
+        cpu: dict[str, list[float]] = {"on": [], "off": []}  # CPU ms per step of a rank's process (engine)
+        kernel_cpu: dict[str, list[float]] = {"on": [], "off": []}  # the kernel's CPU s per s of a run
+        sampler: list[float] = []  # a rank's sampler CPU s per wall s, each on-run
+        polling: list[float] = []
+        loads: list[float] = []
+        try:
+            kernel.run("%load_ext jupyter_dist")
+            print("warm-up run (starts the engines)", flush=True)
+            kernel.run(f"%distrun -f pytorch -N 1 -n {args.nproc} {script} {targs}")
+            for i in range(args.repeats):
+                order = ["on", "off"] if i % 2 == 0 else ["off", "on"]
+                print(f"round {i + 1}/{args.repeats}: {', '.join(order)}", flush=True)
+                for kind in order:
+                    on = "1" if kind == "on" else "0"
+                    kernel.run(OBSERVE.format(on=on))
+                    loads.append(os.getloadavg()[0])
+                    before = cost_of(kernel.run(COST))
+                    t0 = time.monotonic()
+                    text = kernel.run(f"%distrun -f pytorch -N 1 -n {args.nproc} --env {SWITCH}={on} {script} {targs}")
+                    wall = time.monotonic() - t0
+                    after = cost_of(kernel.run(COST))
+                    rate, c, _ = parse(text, args.nproc)
+                    rates[kind].append(rate)
+                    cpu[kind].append(c)
+                    kernel_cpu[kind].append((after[2] - before[2]) / wall)
+                    if kind == "on":
+                        sampler += [(after[0][r][0] - before[0][r][0]) / (after[0][r][1] - before[0][r][1])
+                                    for r in after[0] if r in before[0]]
+                        polling.append((after[1] - before[1]) / wall)
+        finally:
+            kernel.close()
+    per_call, real = recorder_cost()
+    paired = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
+    step_ms = statistics.median(args.nproc * args.batch / r for r in rates["on"]) * 1e3
+    frac = statistics.median(sampler)
+    print(f"DDP {args.nproc} ranks, MLP width {args.width}, batch {args.batch}, {args.steps} steps, "
+          f"{os.cpu_count()} cores, load average {min(loads):.1f}-{max(loads):.1f}")
+    print(f"  sampling on:  {', '.join(f'{r:,.0f}' for r in rates['on'])} samples/s")
+    print(f"  sampling off: {', '.join(f'{r:,.0f}' for r in rates['off'])} samples/s")
+    print(f"ratio on/off: median of the rounds' ratios {statistics.median(paired):.3f} "
+          f"(rounds {', '.join(f'{r:.3f}' for r in paired)}; goal >= 0.99); ratio of medians "
+          f"{statistics.median(rates['on']) / statistics.median(rates['off']):.3f}")
+    print(f"CPU per step of a rank's process (the engine: its sampler and agent threads included), median: "
+          f"on {statistics.median(cpu['on']):.3f} ms, off {statistics.median(cpu['off']):.3f} ms "
+          f"(ratio {statistics.median(cpu['on']) / statistics.median(cpu['off']):.3f})")
+    print(f"sampler + its answers, CPU per second on a rank's engine: {frac * 1e3:.3f} ms/s = {frac:.4%} of a core "
+          f"(max {max(sampler) * 1e3:.3f} ms/s); {frac * step_ms * 1e3:.1f} µs per {step_ms:.2f} ms step")
+    print(f"kernel's polling thread: {statistics.median(polling) * 1e3:.3f} ms CPU per second; the whole kernel "
+          f"(live views, charts, output): on {statistics.median(kernel_cpu['on']) * 1e3:.1f} ms/s, "
+          f"off {statistics.median(kernel_cpu['off']) * 1e3:.1f} ms/s (medians)")
+    print(f"collectives recorder: {per_call:.2f} µs per collective call (a real gloo all_reduce of 4 floats, group of "
+          f"one: {real:.1f} µs); DDP's all-reduces are C++ and not wrapped: 0 calls a step here, "
+          f"{per_call / (step_ms * 1e3):.4%} of a step per collective a cell calls each step")
 
 
 if __name__ == "__main__":

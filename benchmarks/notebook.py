@@ -93,14 +93,16 @@ def dispatch(n: int, repeat: int, phases: bool) -> None:
         k.close()
 
 
-def output(lines: list[int], repeat: int, ranks: int = 4) -> None:
+def output(lines: list[int], repeat: int, phases: bool, ranks: int = 4) -> None:
     k = Kernel()
     try:
-        k.cell("%load_ext jupyter_dist").check()
+        k.cell("%load_ext jupyter_dist" + (INSTALL if phases else "")).check()
         flags = f"-f pytorch -N 1 -n {ranks}"
         k.cell(f"%%distrun {flags}\nx = 1").check()
         k.cell(ipp_start_code(ranks)).check()
         for n in lines:
+            if phases:
+                k.cell(CLEAR)
             got: dict[str, list[Cell]] = {"d": [], "p": []}
             d, p = alternate(partial(run_into, k, f"%%distrun {flags}\n" + BURST.format(n=n), got["d"]),
                              partial(run_into, k, "%%px_ipp --block --stream\n" + BURST.format(n=n), got["p"]), repeat)
@@ -109,6 +111,10 @@ def output(lines: list[int], repeat: int, ranks: int = 4) -> None:
                 f"%%px --block --stream {med(p):.2f} s, ratio {med(d) / med(p):.1f} "
                 f"(iopub: {sum(cd.counts.values())} / {sum(cp.counts.values())} messages, "
                 f"{cd.bytes / 1e6:.1f} / {cp.bytes / 1e6:.1f} MB, lines shown {cd.lines} / {cp.lines})")
+            if phases:
+                burst = k.value(TAKE)
+                say(table([{key: v / repeat for key, v in burst.items()}],
+                          f"  phases of a {n:,}-line burst's cell (mean of {repeat}):"))
         k.cell(IPP_STOP)
     finally:
         k.close()
@@ -207,7 +213,7 @@ def main() -> None:
         for n in args.sizes:
             dispatch(n, args.repeat, args.phases)
     if "output" in parts:
-        output(args.lines, args.output_repeat)
+        output(args.lines, args.output_repeat, args.phases)
     if "cold" in parts:
         cold(args.cold_repeat, args.phases)
     if "start" in parts:

@@ -27,36 +27,37 @@ PHASES = (
     ("ipyparallel.client.view", "DirectView", "execute", "execute:   send the cell"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "__init__", "execute:   view: sink made"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "start", "execute:   view: widgets made and shown"),
+    ("jupyter_dist.run.runner", "Runner", "_drain", "execute:   output: taken, cut into lines, logged, handed on"),
+    ("jupyter_dist.views.live_output", "LiveTextSink", "lines", "execute:     of it, lines into the view's model"),
+    ("jupyter_dist.run.output", "RankLogs", "write", "execute:     of it, lines into the log files"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "finish", "execute:   view: closed, transcript printed"),
+    ("jupyter_dist.views.live_output", "LiveTextSink", "print_transcript", "execute:     of it, the transcript printed"),
 )
 
 INSTALL = f"""
-import functools as _ft, importlib as _il, inspect as _insp, time as _tm
+import contextlib as _cl, functools as _ft, importlib as _il, inspect as _insp, time as _tm
 _jd_phases = {{}}
+@_cl.contextmanager
+def _jd_timed(label):
+    t = _tm.perf_counter()
+    try:
+        yield
+    finally:
+        _jd_phases[label] = _jd_phases.get(label, 0.0) + _tm.perf_counter() - t
 def _jd_wrap(mod, owner, name, label):
     target = _il.import_module(mod)
     if owner is not None:
         target = getattr(target, owner)
     fn = getattr(target, name)
-    def add(t):
-        _jd_phases[label] = _jd_phases.get(label, 0.0) + _tm.perf_counter() - t
     if _insp.iscoroutinefunction(fn):
-        @_ft.wraps(fn)
         async def w(*a, **k):
-            t = _tm.perf_counter()
-            try:
+            with _jd_timed(label):
                 return await fn(*a, **k)
-            finally:
-                add(t)
     else:
-        @_ft.wraps(fn)
         def w(*a, **k):
-            t = _tm.perf_counter()
-            try:
+            with _jd_timed(label):
                 return fn(*a, **k)
-            finally:
-                add(t)
-    setattr(target, name, w)
+    setattr(target, name, _ft.wraps(fn)(w))
 for _p in {PHASES!r}:
     _jd_wrap(*_p)
 """

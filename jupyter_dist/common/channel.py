@@ -23,6 +23,7 @@ INPUT_OP: Final = "input"  # the agent's operation that hands the answer back (I
 
 RELABEL: Final = "\x1e"  # RELABEL + "<rank>" + RELABEL + line: the line is that rank's
 METRICS_LINE_PREFIX: Final = "\x1fjupyter-dist-metrics "  # + the MetricsBatch as JSON
+INPUT_LINE_PREFIX: Final = "\x1fjupyter-dist-input "  # + the prompt as JSON: a --fresh child asks for a line
 
 
 class Message(TypedDict):

@@ -43,6 +43,11 @@ def cell_running() -> bool:
     return bool(_state["running"])
 
 
+def distrun_cell() -> bool:
+    """Whether the running cell is one %%distrun sent (not a `%px` cell of the user's)."""
+    return bool(_state["running"] and _state["ours"])
+
+
 def add_hook(hooks: list[Any], fn: Any) -> None:
     """Add `fn` to `hooks` unless a function of that name from the same module is there (a module
     imported again, say after a reload, brings a new function object)."""

@@ -21,6 +21,7 @@ from typing import Any
 from jupyter_dist.engine import agent
 from jupyter_dist.engine.cells import BEFORE_CELL, add_hook
 from jupyter_dist.engine.frameworks.patch import when_imported
+from jupyter_dist.engine.resources import observing
 
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather", "scatter",
        "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
@@ -29,7 +30,7 @@ KEEP = 8  # completed collectives kept
 
 _lock = threading.Lock()
 _local = threading.local()
-_state: dict[str, Any] = {"seq": {}, "in_flight": {}, "done": deque(maxlen=KEEP)}
+_state: dict[str, Any] = {"seq": {}, "in_flight": {}, "done": deque(maxlen=KEEP), "on": True}
 
 
 def install() -> None:
@@ -48,8 +49,8 @@ def _wrap_module(dist: ModuleType) -> None:
 
 def _recorded(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def collective(*args: Any, **kwargs: Any) -> Any:
-        if getattr(_local, "depth", 0):  # torch's own nested call (all_gather_object -> all_gather)
-            return fn(*args, **kwargs)
+        if getattr(_local, "depth", 0) or not _state["on"]:  # torch's nested call (all_gather_object ->
+            return fn(*args, **kwargs)                           # all_gather), or JUPYTER_DIST_OBSERVE=0
         record = _begin(op, args, kwargs)
         _local.depth = 1
         try:
@@ -150,8 +151,10 @@ def _public(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def reset(_cell: str = "") -> None:
-    """Forget the record: numbers count from each cell's start, alike on every rank of the run."""
+    """Forget the record: numbers count from each cell's start, alike on every rank of the run.
+    The run's JUPYTER_DIST_OBSERVE=0 (resources.SWITCH) turns the record off for it."""
     with _lock:
+        _state["on"] = observing()
         _state["seq"].clear()
         _state["in_flight"].clear()
         _state["done"].clear()

@@ -28,6 +28,16 @@ def install() -> None:
     if not metrics.hook_torch():
         when_imported("torch", hook_torch_now)
     add_hook(BEFORE_CELL, _before_cell)
+    # rich (Lightning's default bar where it is installed) takes an engine for a notebook: an Output
+    # widget on the rank and an HTML display per redraw, each kept in the saved notebook (136 of them
+    # for a 2-rank, 2-epoch fit)
+    when_imported("rich.console", rich_as_text)
+
+
+def rich_as_text(module: ModuleType) -> None:
+    """Right after `rich.console` is imported: consoles made on a rank write text, not notebook
+    displays (a live bar is then drawn when it stops, as a rank's stdout is no terminal)."""
+    module._is_jupyter = lambda: False
 
 
 def hook_torch_now(torch: ModuleType) -> None:

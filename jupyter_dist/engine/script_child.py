@@ -1,7 +1,8 @@
 """The child process of `%distrun --fresh` (engine.script_fresh): `python -m` this, script, args.
 
 Sets torch's step hooks when torch is imported (engine.metrics sends the counted steps as metric
-lines, flushed at exit), then runs the script as `__main__`; `SystemExit` ends the process as usual.
+lines, flushed at exit) and, on rank 0, `input()` asking the notebook (engine.stdin_relay), then runs
+the script as `__main__`; `SystemExit` ends the process as usual.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 
-from jupyter_dist.engine import metrics
+from jupyter_dist.engine import metrics, stdin_relay
 from jupyter_dist.engine.frameworks.patch import when_imported
 from jupyter_dist.engine.script import run_script
 
@@ -21,6 +22,7 @@ def _hook_torch(torch: ModuleType) -> None:
 def main(argv: list[str]) -> None:
     script, *args = argv
     when_imported("torch", _hook_torch)
+    stdin_relay.install_in_child()
     run_script(script, args)
 
 

@@ -1,17 +1,22 @@
-"""`input()` in a script on the ranks, as under `mpirun`: rank 0 asks the notebook, the others get EOF.
+"""`input()` and `sys.stdin` on the ranks, as under `mpirun`: rank 0 asks the notebook, the others get EOF.
 
 A rank cannot reach the notebook's stdin: its kernel refuses (`StdinNotImplementedError`). So while a
 script runs, `builtins.input` on rank 0 sends the prompt to the notebook (channel.INPUT, with the
 rank's output), and waits; the notebook asks the user with the kernel's own input request, as
 `input()` in a cell does, and hands the line back through the rank's agent (channel.INPUT_OP), which
 answers on its own thread while this one waits. An answer of end of input raises `EOFError`, as does
-`input()` on every other rank (their stdin is `/dev/null` under `mpirun`).
+`input()` on every other rank (their stdin is `/dev/null` under `mpirun`). `sys.stdin` reads alike:
+on rank 0 each line read (`readline()`, `for line in sys.stdin`, `read()` up to the end) is a line
+asked of the notebook, and an empty answer (a notebook's input box has no Ctrl-D) ends the stream; elsewhere `sys.stdin` is empty. So in a
+script and in every `%%distrun` cell (engine.cell_input; not in the user's own `%px` cells, whose
+requests no run loop answers).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import itertools
 import sys
 import threading
@@ -20,6 +25,7 @@ from typing import Any
 
 from jupyter_dist.common.channel import INPUT, INPUT_OP, InputAnswer, InputRequest
 from jupyter_dist.engine import agent
+from jupyter_dist.engine.line_stdin import LineStdin
 from jupyter_dist.engine.publish import publish
 
 _ids = itertools.count(1)
@@ -67,19 +73,21 @@ def no_input(prompt: Any = "") -> str:
 
 @contextlib.contextmanager
 def asking_notebook(rank: int | None = None) -> Iterator[None]:
-    """While the script runs, `input()` as above (rank: this rank, by default the engine's)."""
+    """While the script or cell runs, `input()` and `sys.stdin` as above (rank: by default the engine's)."""
     if rank is None:
-        rank = _my_rank()
+        rank = my_rank()
     agent.register(INPUT_OP, answer)
-    old = builtins.input
+    old_input, old_stdin = builtins.input, sys.stdin
     builtins.input = ask_notebook if rank == 0 else no_input
+    sys.stdin = LineStdin(ask_notebook) if rank == 0 else io.StringIO("")
     try:
         yield
     finally:
-        builtins.input = old
+        builtins.input, sys.stdin = old_input, old_stdin
 
 
-def _my_rank() -> int:
+def my_rank() -> int:
+    """This engine's rank (-1 before it has one)."""
     setup = sys.modules.get("jupyter_dist.engine.setup")
     rank = setup._state.get("rank") if setup is not None else None
     return rank if isinstance(rank, int) else -1

@@ -41,7 +41,7 @@ _state: dict[str, dict[str, float]] = {"mtimes": {}}  # module name -> its file'
 @contextlib.contextmanager
 def fresh_state(path: str) -> Iterator[str]:
     """Reset before the script at `path` runs; put back after it. Yields the run's temp folder."""
-    roots = _roots(path)
+    roots = script_roots(path)
     reset_frameworks()
     drop_changed_modules(roots)
     env, cwd = dict(os.environ), os.getcwd()
@@ -63,7 +63,7 @@ def fresh_state(path: str) -> Iterator[str]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _roots(path: str) -> tuple[str, ...]:
+def script_roots(path: str) -> tuple[str, ...]:
     here = {os.path.dirname(os.path.abspath(path)), os.getcwd()}
     return tuple(sorted(os.path.join(os.path.realpath(d), "") for d in here))
 
@@ -123,6 +123,7 @@ def drop_changed_modules(roots: tuple[str, ...]) -> list[str]:
     """Drop from `sys.modules` the user's modules whose files changed (or went) since the last run."""
     mtimes = _state["mtimes"]
     dropped = []
+    _dropped.clear()
     for name, path in _local_modules(roots).items():
         try:
             changed = os.stat(path).st_mtime != mtimes.get(name)
@@ -132,7 +133,16 @@ def drop_changed_modules(roots: tuple[str, ...]) -> list[str]:
             del sys.modules[name]
             mtimes.pop(name, None)
             dropped.append(name)
+            _dropped[name] = path
     return dropped
+
+
+_dropped: dict[str, str] = {}  # the modules dropped before this run: name -> file
+
+
+def last_dropped() -> dict[str, str]:
+    """The modules dropped before this run (changed since the last), name -> file (engine.script_note)."""
+    return dict(_dropped)
 
 
 # -- warnings and the environment ------------------------------------------------------

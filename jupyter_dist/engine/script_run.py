@@ -7,7 +7,8 @@ warm engine the script runs as `__main__` of the engine's process, so this modul
 contract: `SystemExit` becomes the rank's exit status (`ScriptExit`, which the notebook reports as
 such, without a traceback or IPython's exit warning), `input()` asks the notebook
 (engine.script_input), and before each run what a fresh process would not have is reset
-(engine.script_reset). `--fresh` runs the script in a new child process instead (engine.script_fresh).
+(engine.script_reset), its `atexit` handlers run as it ends (engine.script_atexit), and where a warm
+re-run cannot be made clean one line says why (engine.script_note). `--fresh` runs the script in a new child process instead (engine.script_fresh).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from jupyter_dist.engine import script_fresh, script_input, script_reset
+from jupyter_dist.engine import script_atexit, script_fresh, script_input, script_note, script_reset
 from jupyter_dist.engine.script import run_script
 
 
@@ -47,9 +48,11 @@ def run(path: str, args: list[str], fresh: bool = False) -> None:
 
 def run_warm(path: str, args: list[str]) -> int:
     """The script as `__main__` of this engine, after the resets a fresh process needs no more."""
-    with script_reset.fresh_state(path), script_input.asking_notebook():
+    status = 0
+    with script_reset.fresh_state(path), script_note.noted(script_reset.last_dropped()), \
+            script_input.asking_notebook(), script_atexit.at_script_end(script_reset.script_roots(path)):
         try:
             run_script(path, args)
         except SystemExit as e:
-            return exit_status(e.code)
-    return 0
+            status = exit_status(e.code)
+    return status

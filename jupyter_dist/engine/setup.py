@@ -19,12 +19,22 @@ from IPython import get_ipython
 
 from jupyter_dist.common.channel import EXIT, ExitData
 from jupyter_dist.common.hosts import source_address
-from jupyter_dist.engine import agent, cells, collectives, crash_records, release, resources, stacks
+from jupyter_dist.engine import (
+    agent,
+    cell_input,
+    cells,
+    collectives,
+    crash_records,
+    release,
+    resources,
+    stacks,
+)
 from jupyter_dist.engine.faults import arm_stack_files
 from jupyter_dist.engine.publish import publish
 from jupyter_dist.engine.torch_hooks import sync_torch_threads
 
 _MISSING = object()
+FLUSH_INTERVAL_S = 0.02  # what a rank printed is sent within this (ipykernel: 0.2 s)
 
 # rank given by the notebook side; environment keys this package manages and their originals
 _state: dict[str, Any] = {"rank": None, "saved": {}}
@@ -103,19 +113,23 @@ def assign_rank(rank: int, stack_dir: str, agent_token: str, controller_ip: str)
     collectives.register()
     resources.register()
     release.register()
+    cell_input.register()
     return agent.start(agent_token, source_address(controller_ip))
 
 
 def _flush_before_dying() -> None:
-    """Output printed just before a crash must reach the notebook: flush each finished line at
-    once (not every 0.2 s), and flush before `os._exit`."""
+    """Output printed just before a crash must reach the notebook: the engine's streams send what
+    was written within 20 ms (not ipykernel's 0.2 s), and flush before `os._exit`.
+
+    Not a flush per line: each flush waits for ipykernel's I/O thread and makes one message through
+    the controller per line, which made a burst of printed lines 20-35x slower than `%%px --stream`
+    (benchmarks/README.md). A line 20 ms old is sent even if the process is then killed."""
     if _state.get("flushing"):
         return
     _state["flushing"] = True
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "flush_interval"):
-            stream.flush_interval = 0.02
-        _flush_on_newline(stream)
+            stream.flush_interval = FLUSH_INTERVAL_S
     real_exit = os._exit
 
     def _exit(code: int) -> None:
@@ -128,16 +142,3 @@ def _flush_before_dying() -> None:
         real_exit(code)
 
     os._exit = _exit
-
-
-def _flush_on_newline(stream: Any) -> None:
-    write = stream.write
-
-    def write_and_flush(text: str) -> int | None:
-        n = write(text)
-        if "\n" in text:
-            stream.flush()
-        return n
-
-    with contextlib.suppress(AttributeError, TypeError):
-        stream.write = write_and_flush

@@ -69,6 +69,8 @@ class Snapshot:
 def snapshot(cluster: EngineCluster, ranks: Iterable[int]) -> Snapshot:
     """The ranks' stacks from their agents; py-spy starts at once on those that did not answer."""
     answers = cluster.agents.ask("stacks", list(ranks), timeout=ASK_S)
+    answers.results = stacks.by_rank(answers.results)  # a worker's stack as its rank's (--fresh, torchrun)
+    answers.missing = {r: why for r, why in answers.missing.items() if r not in answers.results}
     snap = Snapshot(answers)
     for rank in sorted(answers.missing):
         engine = cluster.engines[rank] if rank < len(cluster.engines) else None

@@ -2,8 +2,8 @@
 
 The live widget sink is a view (views/live_output.py), handed to the session from outside.
 
-Text arrives from the engines as growing strings per rank; `LineBuffer` cuts them into
-whole lines so that two ranks never interleave mid-line. A carriage return (a tqdm bar)
+Text arrives from the engines as stream messages per rank (run/streams.py); `LineBuffer` cuts it
+into whole lines so that two ranks never interleave mid-line. A carriage return (a tqdm bar)
 means "replace the current line": a whole line is handed on in its final state, and the
 unfinished tail of a stream is handed on as a *provisional* line, ending in "\\r", that the
 next line of the same stream replaces. Every whole line of every rank is written to that
@@ -57,7 +57,9 @@ class LineBuffer:
     `update` takes the stream's whole text so far. ipyparallel collapses carriage returns in
     the text it accumulates, so the unfinished line (rarely the one just finished) is rewritten
     in place and the text does not only grow: it is re-read from the start of the current line
-    rather than sliced at the old length. `feed` takes appended text, for sources that only grow.
+    rather than sliced at the old length. `feed` takes appended text, for sources that only grow
+    (the runner's: each stream message once, run/streams.py); an unfinished line redrawn with "\r"
+    is kept in its current state only, so a progress bar costs the same at its thousandth redraw.
     """
 
     MARK = 64  # characters before the current line's start, to find it again after a rewrite
@@ -96,6 +98,8 @@ class LineBuffer:
         out = [settle(line) for line in lines]
         if lines:
             self._shown = None
+        if "\r" in tail:  # a bar redrawn without a newline: keep its state only, not every redraw
+            tail = settle(tail) + ("\r" if tail.endswith("\r") else "")
         return out + self._provisional(tail)
 
     def _provisional(self, tail: str) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from jupyter_dist.cluster.agents import RankAgents
 from jupyter_dist.run.desync import desync_lines
-from jupyter_dist.run.stacks import group, headline, is_library, main_frames, render
+from jupyter_dist.run.stacks import by_rank, group, headline, is_library, main_frames, render
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,12 @@ def take(agents: RankAgents, ranks: Iterable[int] | None = None, timeout: float 
     ask("stacks")
     other.join(timeout + 1.0)
     stacks, collectives = got["stacks"], got.get("collectives")
+    by = by_rank(stacks.results)  # a worker's stack as its rank's (--fresh, torchrun)
     return StacksReport(
         taken=time.time(),
-        stacks=dict(stacks.results),
+        stacks=by,
         collectives=dict(collectives.results) if collectives is not None else {},
-        missing=dict(stacks.missing),
+        missing={r: why for r, why in stacks.missing.items() if r not in by},
         took=time.monotonic() - t0,
         world=tuple(wanted),
     )

@@ -8,6 +8,8 @@ at the end. `near_limit` names a rank whose host (or cgroup) memory, or GPU memo
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_dist.cluster.agents import RankAgents
+from jupyter_dist.engine.resources import SWITCH
 
 POLL_S = 1.0
 NEAR_LIMIT = 0.9  # of the host's (cgroup's) memory in use, or of a GPU's memory
@@ -87,6 +90,27 @@ class ResourceStore:
         return lines
 
 
+def by_rank(answers: dict[int, Any]) -> dict[int, list[dict[str, Any]]]:
+    """Each rank's samples from the agents' answers, its workers' figures in place of its engine's.
+
+    An engine that waits on workers (--fresh's child, torchrun's workers) samples them too
+    (engine/resources.py's "workers": rank None is the engine's own); a worker's figures are its
+    rank's, over those of the engine of that rank (torchrun: rank 1's engine is idle meanwhile)."""
+    own: dict[int, list[dict[str, Any]]] = {}
+    from_workers: dict[int, list[dict[str, Any]]] = {}
+    for rank, got in answers.items():
+        own.setdefault(rank, [])
+        for s in (got or {}).get("samples", []):
+            base = {k: v for k, v in s.items() if k != "workers"}
+            if not s.get("workers"):
+                own[rank].append(base)
+            for w in s.get("workers") or []:
+                r = rank if w.get("rank") is None else int(w["rank"])
+                from_workers.setdefault(r, []).append({**base, "cpu": w["cpu"], "rss": w["rss"],
+                                                       "gpus": w.get("gpus") or [], "pid": w["pid"]})
+    return {**own, **{r: sorted(s, key=lambda x: x["t"]) for r, s in from_workers.items()}}
+
+
 class ResourcePoller:
     """While a run goes (`with poller:`), the ranks' new samples into `store` once a second.
 
@@ -108,15 +132,15 @@ class ResourcePoller:
             return
         since = max(self.started, min((self.store.since(r) for r in ranks), default=0.0))
         answers = self.agents.ask("resources", ranks, {"since": since}, timeout=self.interval)
-        for rank, got in answers.results.items():
+        for rank, got in by_rank(answers.results).items():
             floor = max(self.store.since(rank), self.started)
-            self.store.add(rank, [x for x in (got or {}).get("samples", []) if x.get("t", 0) > floor])
+            self.store.add(rank, [x for x in got if x.get("t", 0) > floor])
         if self.on_update is not None:
             self.on_update(self.store)
 
     def __enter__(self) -> ResourcePoller:
         self.started = time.time() - self.interval / 2
-        if self.agents.addresses:
+        if self.agents.addresses and os.environ.get(SWITCH, "1") != "0":  # off: benchmarks/README.md
             _LOOP.serve(self)
         return self
 
@@ -128,6 +152,7 @@ class _Loop:
     """The kernel's one polling thread: polls the current run's poller every `interval` seconds."""
 
     def __init__(self) -> None:
+        self.cpu_s = 0.0  # this thread's CPU time in polls (benchmarks/ddp_throughput.py --observe reads it)
         self.current: ResourcePoller | None = None
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -157,10 +182,10 @@ class _Loop:
                     self.wake.clear()  # under the lock: a run that starts now sets it again
                     continue
                 poller = self.current
-            try:
+            c0 = time.thread_time()
+            with contextlib.suppress(Exception):  # a missed poll must never stop the polling
                 poller.poll()
-            except Exception:  # noqa: BLE001 - a missed poll must never stop the polling
-                continue
+            self.cpu_s += time.thread_time() - c0
 
 
 _LOOP = _Loop()

@@ -24,13 +24,14 @@ from jupyter_dist.common import channel
 from jupyter_dist.engine import setup as engine_side
 from jupyter_dist.engine.cells import CELL_LABEL
 from jupyter_dist.engine.faults import abort_collectives
-from jupyter_dist.engine.user_vars import fetch_user
-from jupyter_dist.errors import OutputFetchError, RankFailure
+from jupyter_dist.errors import RankFailure
 from jupyter_dist.plan.layout import Layout, RankPlace
 from jupyter_dist.plan.settings import settings
 from jupyter_dist.run import failures, hangs
+from jupyter_dist.run.fetch import fetch_variable
 from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
 from jupyter_dist.run.stdin import answer_input
+from jupyter_dist.run.streams import RankStream, RunStreams
 
 POLL_FIRST_S = 0.05  # a short cell ends within it, with no poll in between
 POLL_S = 0.01  # while output flows
@@ -60,7 +61,7 @@ class RankState:
     place: RankPlace
     engine_id: int
     buffers: dict[str, LineBuffer] = field(default_factory=lambda: {s: LineBuffer() for s in STREAMS})
-    offsets: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
+    stream: RankStream = field(default_factory=RankStream)  # its stream messages as they arrive
     displays: int = 0
     done: bool = False
     error: Any = None
@@ -120,7 +121,9 @@ class Runner:
         # nothing reaches the view before the monitor drains it
         # silent, labelled: no execute_input message per rank; engine_cells shows the cell's value
         ar = view.execute(ex.code, silent=True, block=False, label=CELL_LABEL)
-        states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id) for r in ex.ranks}
+        streams = RunStreams(cluster.client, list(ar._children))
+        states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id, stream=s)
+                  for r, s in zip(ex.ranks, streams.ranks, strict=True)}
         by_child = list(zip(ar._children, states.values(), strict=True))
         if on_sent is not None:
             on_sent()
@@ -138,7 +141,9 @@ class Runner:
             # output never completes, so it gets a short wait only
             with contextlib.suppress(Exception):
                 ar.wait_for_output(hangs.output_wait([st.error for st in states.values()]))
+            streams.settled()
             self._drain(by_child, sink, logs, final=True)
+            streams.detach()
             sink.finish()
             logs.close()
             prune_old_folders()
@@ -263,18 +268,22 @@ class Runner:
         came = False
         for child, st in by_child:
             md = child.output.metadata
-            # count displays before reading the text: ipyparallel's thread appends a display after
-            # the text sent before it, so every display counted here has that text already in md
+            # count displays before taking the text: ipyparallel's thread queues a rank's text before
+            # it appends a display sent after it, so every display counted here has its text queued
             outputs = md.get("outputs") or []
             n_out = len(outputs)
-            for stream in STREAMS:
-                # whole text each time: ipyparallel rewrites it in place on "\r" (LineBuffer.update)
-                lines = st.buffers[stream].update(md.get(stream) or "")
-                if final:
-                    lines += st.buffers[stream].flush()
+            # the chunks that arrived since the last call (run/streams.py), each read once
+            for stream, text in st.stream.take():
+                lines = st.buffers[stream].feed(text)
                 if lines:
                     came = True
                     self._emit(st.place.rank, stream, lines, sink, logs)
+            if final:
+                for stream in STREAMS:
+                    lines = st.buffers[stream].flush()
+                    if lines:
+                        came = True
+                        self._emit(st.place.rank, stream, lines, sink, logs)
             while st.displays < n_out:
                 content = outputs[st.displays]
                 st.displays += 1
@@ -322,25 +331,7 @@ class Runner:
     # -- results -------------------------------------------------------------------
 
     def fetch(self, name: str, ranks: tuple[int, ...]) -> dict[int, Any]:
-        client = self.cluster.client
-        eng = self.cluster.engines
-        ars = {r: client[eng[r].engine_id].apply_async(fetch_user, name) for r in ranks}
-        values: dict[int, Any] = {}
-        problems = []
-        for r, a in ars.items():
-            try:
-                status, value = a.get(30)
-            except Exception as e:  # noqa: BLE001 - reported per rank
-                status, value = "unsendable", f"{type(e).__name__}: {e}"
-            if status == "ok":
-                values[r] = value
-            elif status == "missing":
-                problems.append(f"rank {r} has no variable {name!r}")
-            else:
-                problems.append(f"rank {r}'s {name!r} cannot be sent back ({value})")
-        if problems:
-            raise OutputFetchError(f"-o {name}: " + "; ".join(problems) + ".", values)
-        return values
+        return fetch_variable(self.cluster, name, ranks)
 
     def _failure(self, failed: list[failures.Failure], finished: list[int]) -> RankFailure:
         noted = failures.with_notes(failed, self._death_notes(failed))

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jupyter_dist.engine.frameworks.torchrun_command import CELL_SCRIPT
+
 CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
 Frame = Sequence[Any]  # [file, line, function, source line]
 # where code that is not the user's lives: frames there are folded into one line
@@ -42,6 +44,24 @@ def main_frames(threads: Sequence[Mapping[str, Any]]) -> tuple[tuple[Any, ...], 
         if thread.get("main"):
             return tuple(tuple(f) for f in thread.get("frames", ()))
     return ()
+
+
+def by_rank(answers: Mapping[int, Any]) -> dict[int, list[Mapping[str, Any]]]:
+    """Each rank's threads, its workers' in place of its engine's: an engine that waits on workers
+    (--fresh's child, torchrun's workers) answers with their stacks marked {"worker", "rank"}
+    (engine/stacks.py); rank None is the answering engine's own. A worker's stack wins over the
+    engine of the same rank (torchrun: rank 1's engine is idle while node 0's engine runs its worker)."""
+    own: dict[int, list[Mapping[str, Any]]] = {}
+    from_workers: dict[int, list[Mapping[str, Any]]] = {}
+    for rank, threads in answers.items():
+        for thread in threads if isinstance(threads, list) else ():
+            if "worker" in thread:
+                r = thread.get("rank")
+                from_workers.setdefault(rank if r is None else int(r), []).append(thread)
+            else:
+                own.setdefault(rank, []).append(thread)
+        own.setdefault(rank, [])
+    return {**own, **from_workers}
 
 
 def group(answers: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[RankGroup]:
@@ -81,7 +101,8 @@ def called_on(source: str) -> str | None:
 def short_file(path: str) -> str:
     """A cell's file as `<cell>`, others by their last two parts."""
     path = str(path)
-    if path.startswith("<ipython-input") or f"{os.sep}ipykernel_" in path or path == "<string>":
+    if (path.startswith("<ipython-input") or f"{os.sep}ipykernel_" in path or path == "<string>"
+            or os.path.basename(path) == CELL_SCRIPT):
         return "<cell>"
     parts = path.split(os.sep)
     return os.sep.join(parts[-2:]) if len(parts) > 1 else path

@@ -114,7 +114,10 @@ class DistMagics(Magics):
 
     def _dist_restart(self, rest: list[str]) -> None:
         if self.session.cluster.shape is None:
-            raise UsageError("%dist restart: no cluster is running; %%distrun starts one.")
+            if rest:
+                raise UsageError("%dist restart --rank: no cluster is running; %%distrun starts one.")
+            self._start_afresh()
+            return
         if rest:
             ranks = parse_restart_ranks(rest, self.session.cluster.shape.world_size)
             try:
@@ -124,6 +127,14 @@ class DistMagics(Magics):
             return
         self.session.cluster.restart()
         print(f"jupyter-dist: cluster restarted ({self.session.cluster.shape.world_size} engines)")
+
+    def _start_afresh(self) -> None:
+        """`%dist restart` with no engines up (stopped, or given up after a rank would not stop): start
+        them afresh in the last run's shape (else the defaults'), as the restart was asked to."""
+        last = self.session.last
+        shape = self.session.shape_of(last.spec) if last else self.session.default_shape()
+        self.session.cluster.ensure(shape)
+        print(f"jupyter-dist: no cluster was running: started one ({shape.world_size} engines)")
 
     def _dist_logs(self, rest: list[str]) -> None:
         """`%dist logs`: where recent runs' per-rank logs are, and what the retention keeps."""

@@ -70,6 +70,57 @@ class LiveArea:
             self.widget = None
 
 
+class RunParts:
+    """The widgets inside a live view (status line, tabs, chart, resources): made once for a set of
+    tabs and kept, hidden and empty, for the next run with the same tabs. Each widget is a comm opened
+    and closed: 18 of them per run at 4 ranks, most of a warm trivial cell's time in the kernel."""
+
+    _kept: RunParts | None = None  # the last run's, while idle
+
+    def __init__(self, keys: tuple[int, ...]) -> None:
+        import ipywidgets as widgets  # optional, and heavy: only in a kernel, when a run starts
+        from ipywidgets.widgets.widget_string import HTMLStyle  # optional, heavy (as above)
+
+        self.keys = keys
+        # one layout and one style for the text widgets, not a pair each
+        shared = {"layout": widgets.Layout(), "style": HTMLStyle()}
+        self.html = {k: widgets.HTML(value="", **shared) for k in keys}
+        if len(keys) == 1:
+            self.body: Any = self.html[keys[0]]
+        else:
+            self.body = widgets.Tab(children=[self.html[k] for k in keys])
+            self.body.titles = tuple(["all ranks"] + [f"rank {r}" for r in keys[1:]])
+        self.status = widgets.HTML(value="", **shared)
+        # an inline SVG (views/svg_chart.py): drawing it costs the ranks far less CPU than a PNG
+        self.chart = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"), style=shared["style"])
+        self.resources = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"),
+                                      style=shared["style"])
+        self.charts = widgets.HBox([self.chart, self.resources], layout=widgets.Layout(flex_flow="row wrap"))
+        self.widgets = [self.body, self.status, self.charts, self.chart, self.resources, *self.html.values()]
+
+    @classmethod
+    def take(cls, keys: tuple[int, ...]) -> RunParts:
+        """The kept parts if they have these tabs (the others closed), else new ones."""
+        kept, cls._kept = cls._kept, None
+        if kept is not None and kept.keys == keys:
+            return kept
+        if kept is not None:
+            close_widgets(kept.widgets)
+        return cls(keys)
+
+    def give_back(self) -> None:
+        """Hidden and empty (a headless run saves every live widget's last state, and an HTML report
+        draws it), then kept for the next run."""
+        with contextlib.suppress(Exception):
+            for w in (self.chart, self.resources):
+                w.value = ""
+                w.layout.display = "none"
+            self.status.value = ""
+            for w in self.html.values():
+                w.value = ""
+            RunParts._kept = self
+
+
 class RunView:
     """The live view of one run: a status line, a tab for all ranks and one per rank, and the
     throughput chart (hidden until metrics arrive). Tabs switch in the browser, so they work
@@ -94,28 +145,15 @@ class RunView:
         except ImportError:
             return
         keys = [ALL, *ranks[: self.MAX_TABS]] if len(ranks) > 1 else list(ranks[:1]) or [ALL]
-        # one layout and one style for the text widgets, not a pair each (every widget is a comm opened
-        # and closed per run: 61 at 16 ranks before, the most of a warm trivial cell's time in the kernel)
-        from ipywidgets.widgets.widget_string import HTMLStyle  # optional, heavy (as above)
-
-        shared = {"layout": widgets.Layout(), "style": HTMLStyle()}
-        self.html = {k: widgets.HTML(value="", **shared) for k in keys}
-        if len(ranks) <= 1:
-            body: Any = self.html[keys[0]]
-            if ranks:
-                self.html[ALL] = body  # the one rank's view is also "all"
-        else:
-            body = widgets.Tab(children=[self.html[k] for k in keys])
-            titles = ["all ranks"] + [f"rank {r}" for r in keys[1:]]
-            body.titles = tuple(titles)
-        self.status = widgets.HTML(value="<span style='opacity:.7'>jupyter-dist: starting the run</span>", **shared)
-        # an inline SVG (views/svg_chart.py): drawing it costs the ranks far less CPU than a PNG
-        self.chart = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"), style=shared["style"])
-        self.resources = widgets.HTML(value="", layout=widgets.Layout(display="none", max_width="100%"),
-                                      style=shared["style"])
-        charts = widgets.HBox([self.chart, self.resources], layout=widgets.Layout(flex_flow="row wrap"))
-        self.box = widgets.VBox([self.status, body, charts])
-        self._widgets = [self.box, body, self.status, charts, self.chart, self.resources, *self.html.values()]
+        # the parts are kept from the last run with the same tabs; only the box around them is new
+        # (the last run's cell keeps its closed box, which draws nothing)
+        self.parts = RunParts.take(tuple(keys))
+        self.html = dict(self.parts.html)
+        if len(ranks) == 1:
+            self.html[ALL] = self.parts.body  # the one rank's view is also "all"
+        self.status, self.chart, self.resources = self.parts.status, self.parts.chart, self.parts.resources
+        self.status.value = "<span style='opacity:.7'>jupyter-dist: starting the run</span>"
+        self.box = widgets.VBox([self.status, self.parts.body, self.parts.charts])
         bundle = {
             "application/vnd.jupyter.widget-view+json": {
                 "version_major": 2, "version_minor": 0, "model_id": self.box.model_id,
@@ -150,18 +188,14 @@ class RunView:
             self.resources.layout.display = None
 
     def close(self) -> None:
-        """Hide and empty the view, then close it. A notebook executed headless (nbconvert) keeps
-        every widget's last state, closed or not, and an HTML report draws it: hidden and empty,
-        it draws nothing and stores no stale copy beside the static output."""
+        """Hide the view and close its box; its parts, emptied, are kept for the next run. A notebook
+        executed headless (nbconvert) keeps every widget's last state, closed or not, and an HTML report
+        draws it: hidden and empty, it draws nothing and stores no stale copy beside the static output."""
         if self.box is None:
             return
         with contextlib.suppress(Exception):
             self.box.layout.display = "none"
-            self.chart.value = ""
-            self.resources.value = ""
-            self.status.value = ""
-            for w in self.html.values():
-                w.value = ""
-        close_widgets(self._widgets)
+        self.parts.give_back()
+        close_widgets([self.box])
         self.box = self.chart = self.resources = self.status = None
         self.html = {}

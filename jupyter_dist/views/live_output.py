@@ -26,6 +26,8 @@ from jupyter_dist.views.resources_view import resources_svg
 from jupyter_dist.views.run_display import NOTEBOOK
 from jupyter_dist.views.svg_chart import metrics_svg
 
+LIVE_POINTS = 300  # points per rank in a live resources panel (a long run's samples thinned)
+
 
 class LiveTextSink(TextSink):
     """In a kernel: a live widget while the run goes (all ranks in arrival order, a tab per rank,
@@ -37,6 +39,7 @@ class LiveTextSink(TextSink):
     KEEP_LINES_PER_RANK = 1000  # what the saved notebook keeps per rank (the log keeps all)
     LIVE_LINES = 200  # what a live tab shows
     CHART_S = 1.0  # the live chart is redrawn at most this often (and less when drawing is slow)
+    RESOURCES_S = 2.0  # the resources panels likewise (their samples come about once a second)
 
     def __init__(self, charts: bool = True, run_display: RunDisplay = NOTEBOOK) -> None:
         super().__init__(charts, run_display)
@@ -50,6 +53,8 @@ class LiveTextSink(TextSink):
         self._chart_cost = 0.0
         self._chart_version = -1
         self._resources_version = -1
+        self._resources_at = -1e9
+        self._resources_cost = 0.0
         self._near_limit: list[str] = []
 
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
@@ -73,8 +78,7 @@ class LiveTextSink(TextSink):
         if not lines or not self._visible(rank):
             return
         with self._lock:
-            for line in lines:
-                self.model.line(rank, stream, line)
+            self.model.lines(rank, stream, lines)
 
     def display(self, rank: int, content: dict[str, Any]) -> None:
         if not self._visible(rank):
@@ -89,11 +93,8 @@ class LiveTextSink(TextSink):
     def _tick(self) -> None:
         lowest_priority()
         while not self._stop.wait(self.UPDATE_S):
-            try:
-                with self._lock:
-                    self.refresh()
-            except Exception:  # noqa: BLE001 - a view glitch must never stop the run
-                pass
+            with contextlib.suppress(Exception):  # a view glitch must never stop the run
+                self.refresh()
 
     def _chart_loop(self) -> None:
         lowest_priority()
@@ -104,17 +105,22 @@ class LiveTextSink(TextSink):
                 self.refresh_resources()
 
     def refresh(self) -> None:
-        """Push the text that changed to the widget (called by the timer thread under the lock)."""
+        """Push the text that changed to the widget (called by the timer thread, at most every
+        UPDATE_S however fast lines come). The tails that changed are copied under the lock and
+        drawn and sent outside it: the runner, which takes the lock to hand lines on, never waits
+        for this low-priority thread's drawing."""
         view = self.view
         if view is None or not view.active:
             return
+        with self._lock:
+            changed = [(key, self.model.tails[key].last(self.LIVE_LINES))
+                       for key in self.model.take_dirty() if key in self.model.tails]
+            shown = len(self.model.tails) - 1
         elapsed = time.monotonic() - self._t0
         near = "; near its memory limit: " + "; ".join(self._near_limit) if self._near_limit else ""
-        view.set_status(f"running for {elapsed:.0f} s; {len(self.model.tails) - 1} rank(s) shown{near}")
-        for key in self.model.take_dirty():
-            tail = self.model.tails.get(key)
-            if tail is not None:
-                view.set_html(key, render_html(tail, self.LIVE_LINES, self.model, labelled=key == ALL))
+        view.set_status(f"running for {elapsed:.0f} s; {shown} rank(s) shown{near}")
+        for key, tail in changed:
+            view.set_html(key, render_html(tail, self.LIVE_LINES, self.model, labelled=key == ALL))
 
     def refresh_chart(self) -> bool:
         """Redraw the live chart (an SVG, views/svg_chart.py) when new metrics came and the throttle
@@ -138,15 +144,21 @@ class LiveTextSink(TextSink):
         return True
 
     def refresh_resources(self) -> bool:
-        """Redraw every rank's resources when new samples came (about once a second)."""
+        """Redraw every rank's resources when new samples came, at most every RESOURCES_S and at
+        most 2% of a core (the draw's measured cost), each series thinned to what the panel shows."""
         view = self.view
         if view is None or not view.active or self.resources.version == self._resources_version:
             return False
+        if time.monotonic() - self._resources_at < max(self.RESOURCES_S, 50 * self._resources_cost):
+            return False
+        t = time.monotonic()
         self._resources_version = self.resources.version
         self._near_limit = self.resources.near_limit()
-        svg = resources_svg(self.resources)
+        svg = resources_svg(self.resources, max_points=LIVE_POINTS)
         if svg:
             view.set_resources(svg)
+        self._resources_at = time.monotonic()
+        self._resources_cost = self._resources_at - t
         return True
 
     def finish(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -50,20 +51,52 @@ class Tail:
             self.pending[key] = entry
         self._trim()
 
+    def extend(self, rank: int, stream: str, texts: list[str], last_provisional: bool) -> None:
+        """Many lines of one stream at once (only the last may be provisional), as `line` one by one
+        would leave them, but the lines that would enter and leave again within the batch are only
+        counted: a burst costs the tail's size, not its own."""
+        if not texts:
+            return
+        self.line(rank, stream, texts[0], last_provisional and len(texts) == 1)
+        rest = texts[1:]
+        skip = len(rest) - self.limit
+        if skip > 0:
+            self.held_lines += skip
+            rest = rest[skip:]
+        entries, last = self.entries, len(rest) - 1
+        for i, text in enumerate(rest):
+            entry = Entry(rank, stream, text)
+            entries.append(entry)
+            if i == last and last_provisional:
+                self.pending[(rank, stream)] = entry
+        self._trim()
+
     def display(self, rank: int, content: dict[str, Any]) -> None:
         self.entries.append(Entry(rank, "display", content=content))
         self._trim()
 
     def _trim(self) -> None:
-        while len(self.entries) > self.limit:
-            old = self.entries.popleft()
+        entries = self.entries
+        while len(entries) > self.limit:
+            old = entries.popleft()
             if old.stream == "display":
                 self.held_displays += 1
             else:
                 self.held_lines += 1
-            for key, entry in list(self.pending.items()):
-                if entry is old:
-                    del self.pending[key]
+            if self.pending:
+                for key, entry in list(self.pending.items()):
+                    if entry is old:
+                        del self.pending[key]
+
+    def last(self, n: int) -> Tail:
+        """A copy of the last `n` entries, the others counted as held back: what a live tab draws,
+        taken under the view's lock and drawn outside it."""
+        copy = Tail(n)
+        size = len(self.entries)
+        copy.entries = deque(itertools.islice(self.entries, max(0, size - n), size))
+        copy.held_lines = self.held_lines + size - len(copy.entries)
+        copy.held_displays = self.held_displays
+        return copy
 
     def settle(self) -> None:
         """The run is over: a provisional line left is the final state of its line."""
@@ -93,6 +126,20 @@ class OutputModel:
         text = line[:-1] if provisional else line
         self.rank(rank).line(rank, stream, text, provisional)
         self.tails[ALL].line(rank, stream, text, provisional)
+        self._dirty.update((rank, ALL))
+
+    def lines(self, rank: int, stream: str, lines: list[str]) -> None:
+        """A batch of one rank's stream, as `line` for each (only the last may be provisional)."""
+        if not lines:
+            return
+        if any(line.endswith("\r") for line in lines[:-1]):  # not as the runner hands them on
+            for line in lines:
+                self.line(rank, stream, line)
+            return
+        provisional = lines[-1].endswith("\r")
+        texts = [*lines[:-1], lines[-1][:-1]] if provisional else lines
+        self.rank(rank).extend(rank, stream, texts, provisional)
+        self.tails[ALL].extend(rank, stream, texts, provisional)
         self._dirty.update((rank, ALL))
 
     def display(self, rank: int, content: dict[str, Any]) -> None:

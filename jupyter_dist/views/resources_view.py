@@ -17,11 +17,22 @@ from IPython.display import display
 
 from jupyter_dist.run.resources import GIB, ResourceStore
 from jupyter_dist.views.charts import MAX_LEGEND_RANKS, _figure, png_bytes
-from jupyter_dist.views.svg_chart import TAB10, Panel, Series, panel_svg
+from jupyter_dist.views.svg_chart import TAB10, Panel, Series, panels_svg
 
 
-def resource_panels(samples: dict[int, list[dict[str, Any]]]) -> list[Panel]:
-    """CPU % and resident memory (GiB) by rank over the run's seconds; GPU use and memory where sampled."""
+def thinned(samples: list[dict[str, Any]], max_points: int | None) -> list[dict[str, Any]]:
+    """At most about `max_points` of `samples`, evenly spaced, the last one always kept."""
+    if max_points is None or len(samples) <= max_points:
+        return samples
+    step = -(-len(samples) // max_points)
+    kept = samples[::step]
+    return kept if kept[-1] is samples[-1] else [*kept, samples[-1]]
+
+
+def resource_panels(samples: dict[int, list[dict[str, Any]]], max_points: int | None = None) -> list[Panel]:
+    """CPU % and resident memory (GiB) by rank over the run's seconds; GPU use and memory where sampled.
+    `max_points`: each rank's series thinned to about that many points (the live view's)."""
+    samples = {r: thinned(s, max_points) for r, s in samples.items()}
     ranks = sorted(r for r, s in samples.items() if s)
     if not ranks:
         return []
@@ -48,21 +59,10 @@ def resource_panels(samples: dict[int, list[dict[str, Any]]]) -> list[Panel]:
     return [cpu, mem] + ([gpu, gmem] if gpu.series else [])
 
 
-def resources_svg(store: ResourceStore, width: int = 300, height: int = 200) -> str | None:
+def resources_svg(store: ResourceStore, width: int = 300, height: int = 200,
+                  max_points: int | None = None) -> str | None:
     """The panels as one `<svg>`, two a row; None before the first sample."""
-    panels = resource_panels(store.copy())
-    if not panels:
-        return None
-    ncols = min(len(panels), 2)
-    nrows = math.ceil(len(panels) / ncols)
-    w, h = ncols * width, nrows * height
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-           f'style="display:block;max-width:100%;height:auto" font-family="sans-serif">',
-           f'<rect width="{w}" height="{h}" fill="white"/>']
-    for i, panel in enumerate(panels):
-        out += panel_svg(panel, (i % ncols) * width, (i // ncols) * height, width, height)
-    out.append("</svg>")
-    return "\n".join(out)
+    return panels_svg(resource_panels(store.copy(), max_points), width, height)
 
 
 MIN_SAMPLES = 5  # a run shorter than this many samples (seconds) leaves no chart (a quick cell adds no output)

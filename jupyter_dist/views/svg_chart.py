@@ -75,7 +75,11 @@ class Box:
 def metrics_svg(store: MetricsStore, width: int = 340, height: int = 220) -> str | None:
     """The chart of `store` as a self-contained `<svg>`; `width` x `height` px per panel, two
     panels a row. None when there is nothing to draw (as `charts.metrics_figure`)."""
-    panels = metrics_panels(store)
+    return panels_svg(metrics_panels(store), width, height)
+
+
+def panels_svg(panels: list[Panel], width: int, height: int) -> str | None:
+    """`panels` as one self-contained `<svg>`, two a row, `width` x `height` px each; None for none."""
     if not panels:
         return None
     ncols = min(len(panels), 2)

@@ -12,10 +12,10 @@ import os
 import textwrap
 
 import pytest
+from script_runs import recorded_sinks
 
 import jupyter_dist
 from jupyter_dist.errors import RankFailure
-from jupyter_dist.run.output import TextSink
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 
@@ -118,19 +118,10 @@ def scripts(tmp_path_factory):
 
 
 @pytest.fixture
-def sinks():
+def sinks(shell):
     """The sinks of the runs in the test (their metrics)."""
-    made: list[TextSink] = []
-    runner = jupyter_dist.get_session().runner
-    old = runner.sink_factory
-
-    def factory() -> TextSink:
-        made.append(TextSink())
-        return made[-1]
-
-    runner.sink_factory = factory
-    yield made
-    runner.sink_factory = old
+    with recorded_sinks() as made:
+        yield made
 
 
 @pytest.mark.parametrize("code", ["0", "none", "False"])
@@ -215,3 +206,59 @@ def test_fresh_runs_in_a_child_process(distrun, scripts, sinks):
     fresh = [json.loads((scripts / f"fresh_{r}.json").read_text()) for r in range(2)]
     assert fresh == _results(scripts)
     assert [len(sinks[-1].metrics.ranks[r].auto_t) for r in range(2)] == [30, 30]
+
+
+ATEXIT = textwrap.dedent(
+    """
+    import atexit, os, threading, time
+
+    rank = os.environ["RANK"]
+
+
+    @atexit.register
+    def goodbye():
+        print(f"rank {rank} atexit ran", flush=True)
+
+
+    atexit.register(print, f"rank {rank} registered second, runs first", flush=True)
+    if os.environ.get("LINGER"):
+        threading.Thread(target=time.sleep, args=(1.5,), name="lingering").start()
+    print(f"rank {rank} main done", flush=True)
+    """
+)
+
+
+def test_atexit_handlers_run_as_the_script_ends(distrun, scripts):
+    """Each run's handlers run once, at its end, last registered first (not piled up in the engine)."""
+    script = scripts / "bye.py"
+    script.write_text(ATEXIT)
+    for _ in range(2):
+        out = distrun(f"{FLAGS} {script}").out
+        for r in range(2):
+            lines = [line for line in out.splitlines() if line.startswith(f"[rank {r}]")]
+            assert [line.split("] ", 1)[1] for line in lines] == [
+                f"rank {r} main done", f"rank {r} registered second, runs first", f"rank {r} atexit ran"], out
+
+
+def test_a_run_that_cannot_be_made_clean_says_why(distrun, scripts):
+    """A script leaving a thread running: one line per rank names it and suggests --fresh; none otherwise."""
+    script = scripts / "bye.py"
+    script.write_text(ATEXIT)
+    quiet = distrun(f"{FLAGS} {script}")
+    assert "cannot be made clean" not in quiet.err
+    out = distrun(f"{FLAGS} --env LINGER=1 {script}")
+    notes = [line for line in out.err.splitlines() if "cannot be made clean" in line]
+    print("\n".join(notes))
+    assert len(notes) == 2 and all("1 thread(s) running (lingering)" in n and "--fresh" in n for n in notes)
+
+
+def test_restart_with_no_cluster_starts_one(distrun, shell, scripts, capsys):
+    """The issue's point 2: with the engines gone (here stopped; there given up after a rank would not
+    stop), `%dist restart` starts them afresh in the last run's shape instead of "no cluster is running"."""
+    distrun(f"{FLAGS} {scripts / 'exit.py'} 0")
+    session = jupyter_dist.get_session()
+    session.cluster.stop()
+    shell.run_line_magic("dist", "restart")
+    assert "no cluster was running: started one (2 engines)" in capsys.readouterr().out
+    assert session.cluster.shape is not None and session.cluster.shape.world_size == 2
+    distrun(f"{FLAGS} {scripts / 'exit.py'} 0")  # and it runs

@@ -1,4 +1,5 @@
-"""Each framework's training script, run twice in warm engines with equal results (1 node x 2 ranks).
+"""Each framework's training script (Horovod, Accelerate, Lightning, DeepSpeed), run twice in warm engines
+with equal results (1 node x 2 ranks).
 
 TensorFlow's is in test_scripts_tensorflow.py, on engines of its own: a process cannot leave the
 TensorFlow cluster it joined, and Horovod's rendezvous on rank 0 keeps the port TensorFlow's first
@@ -11,13 +12,11 @@ reset (engine.script_reset); a run that would not be equal fails here.
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
-from script_runs import twice
-
-import jupyter_dist
-from jupyter_dist.run.output import TextSink
+from script_runs import recorded_sinks, twice
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 
@@ -138,27 +137,68 @@ LIGHTNING = textwrap.dedent(
     """
 )
 
+DEEPSPEED = textwrap.dedent(
+    """
+    import argparse
+    import json
+    import warnings
+
+    import deepspeed
+    import torch
+
+    warnings.filterwarnings("ignore")
+
+
+    def main():
+        parser = argparse.ArgumentParser(description="DeepSpeed toy regression")
+        parser.add_argument("--out", required=True, help="prefix of each rank's result file")
+        parser.add_argument("--local_rank", type=int, default=-1)
+        parser = deepspeed.add_config_arguments(parser)
+        args = parser.parse_args()
+        deepspeed.init_distributed(dist_backend="gloo")
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        engine, _, loader, _ = deepspeed.initialize(args=args, model=model, model_parameters=model.parameters(),
+                                                    training_data=make_data())
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(engine(x), y)
+            engine.backward(loss)
+            engine.step()
+        weights = torch.cat([p.detach().flatten() for p in engine.module.parameters()]).tolist()
+        with open(f"{args.out}_{engine.global_rank}.json", "w") as f:
+            json.dump({"steps": engine.global_steps, "loss": loss.item(), "weights": weights}, f)
+
+
+    def make_data():
+        x = torch.randn(128, 4, generator=torch.Generator().manual_seed(1))
+        return torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+# as DeepSpeed's examples pass it (--deepspeed_config ds_config.json); torch's own Adam, not a compiled op
+DS_CONFIG = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+             "optimizer": {"type": "Adam", "params": {"lr": 0.01, "torch_adam": True}},
+             "zero_optimization": {"stage": 0}}
+
+
 @pytest.fixture(scope="module")
 def scripts(tmp_path_factory):
     d = tmp_path_factory.mktemp("fw_scripts")
-    for name, text in (("hvd.py", HOROVOD), ("acc.py", ACCELERATE), ("pl.py", LIGHTNING)):
+    for name, text in (("hvd.py", HOROVOD), ("acc.py", ACCELERATE), ("pl.py", LIGHTNING), ("ds.py", DEEPSPEED),
+                       ("ds_config.json", json.dumps(DS_CONFIG))):
         (d / name).write_text(text)
     return d
 
 
 @pytest.fixture
-def sinks():
-    made: list[TextSink] = []
-    runner = jupyter_dist.get_session().runner
-    old = runner.sink_factory
-
-    def factory() -> TextSink:
-        made.append(TextSink())
-        return made[-1]
-
-    runner.sink_factory = factory
-    yield made
-    runner.sink_factory = old
+def sinks(shell):
+    """The sinks of the runs in the test (their metrics)."""
+    with recorded_sinks() as made:
+        yield made
 
 
 def test_horovod_twice_and_its_steps_counted(distrun, scripts, sinks):
@@ -184,3 +224,13 @@ def test_lightning_twice(distrun, scripts):
     first, second = twice(distrun, scripts, "-f lightning", "pl.py", "pl")
     assert first == second and first[0]["weights"] == first[1]["weights"]
     assert [r["steps"] for r in first] == [16, 16]
+
+
+def test_deepspeed_twice(distrun, scripts, sinks):
+    """A DeepSpeed script with its JSON config, on engines that ran other frameworks' scripts before."""
+    pytest.importorskip("deepspeed")
+    first, second = twice(distrun, scripts, "-f deepspeed", f"ds.py --deepspeed --deepspeed_config {scripts}/ds_config.json",
+                          "ds")
+    assert first == second and first[0]["weights"] == first[1]["weights"]
+    assert [r["steps"] for r in first] == [8, 8]  # 128 samples, 2 ranks x 8 a step
+    print("deepspeed steps counted per rank:", [len(sinks[-1].metrics.ranks[r].auto_t) for r in range(2)], "of 8")

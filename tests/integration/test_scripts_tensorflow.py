@@ -5,10 +5,13 @@ has anew (engine.script_reset), so the second run restores nothing of the first.
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 
 import pytest
 from script_runs import twice
+
+import jupyter_dist
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 
@@ -54,8 +57,34 @@ def scripts(tmp_path_factory):
     return d
 
 
+HOROVOD = "import horovod.torch as hvd\nhvd.init()\nprint('horovod rank', hvd.rank(), flush=True)\nhvd.shutdown()\n"
+
+
 def test_tensorflow_twice(distrun, scripts):
+    """After a -f horovod run on the same engines (its rendezvous on rank 0 held TensorFlow's first task
+    port until a TF_CONFIG script stopped it), then twice."""
     pytest.importorskip("tensorflow")
+    if importlib.util.find_spec("horovod") is not None:
+        (scripts / "hvd_hello.py").write_text(HOROVOD)
+        out = distrun(f"-f horovod -N 1 -n 2 --timeout 120 {scripts / 'hvd_hello.py'}")
+        assert "horovod rank 1" in out.out
+        pids = {e.pid for e in jupyter_dist.get_session().cluster.engines}
+        # a cell, not a script, after Horovod: the tensorflow hook frees the rendezvous's port
+        out = distrun("-f tensorflow --env TF_USE_LEGACY_KERAS=1 -N 1 -n 2 --timeout 120", CELL)
+        assert out.out.count("replicas 2 sum 3.0") == 2, out.out
     first, second = twice(distrun, scripts, "-f tensorflow --env TF_USE_LEGACY_KERAS=1", "keras_mw.py", "tf")
     assert first == second and first[0]["weights"] == first[1]["weights"]
     assert [r["epochs"] for r in first] == [2, 2]  # the second run restored no backup of the first
+    if importlib.util.find_spec("horovod") is not None:
+        print("engines kept from the horovod run:", pids == {e.pid for e in jupyter_dist.get_session().cluster.engines})
+        # Horovod after TensorFlow on the same engines: TensorFlow's server keeps the port; one clear line
+        with pytest.raises(Exception, match="held by this engine's TensorFlow server"):
+            distrun(f"-f horovod -N 1 -n 2 --timeout 120 {scripts / 'hvd_hello.py'}")
+
+
+CELL = """
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(float(strategy.cluster_resolver.task_id + 1))), axis=None)
+print("replicas", strategy.num_replicas_in_sync, "sum", float(total))
+"""

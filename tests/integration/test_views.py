@@ -141,6 +141,41 @@ def test_rank_image_and_tqdm_bar(shell):
         assert sum("100%" in x for x in log) == 1 and f"after {r}" in log
 
 
+def test_a_bar_redrawn_without_newlines_arrives_once_in_its_final_state(shell):
+    # thousands of redraws in a few stream messages (run/streams.py, LineBuffer.feed): the bar's state
+    # only is kept between messages, and every whole line around it is in the log
+    cap = captured(shell, "-N 2 -n 2", """
+        import os, sys
+        r = int(os.environ["RANK"])
+        print(f"r{r} before")
+        for i in range(5001):
+            sys.stderr.write(f"\\rr{r} bar {i}/5000")
+        sys.stderr.write("\\n")
+        print(f"r{r} after")
+        """)
+    for r in range(4):
+        label = f"[rank {r}|node {r // 2}]"
+        assert [line for line in cap.stderr.splitlines() if line.startswith(label)] == [f"{label} r{r} bar 5000/5000"]
+        log = (last_log_dir() / f"rank-{r}.log").read_text().splitlines()
+        # order is kept within each stream (stdout and stderr are sent apart, as by ipykernel)
+        assert [x for x in log if not x.startswith("[stderr]")] == [f"r{r} before", f"r{r} after"]
+        assert [x for x in log if x.startswith("[stderr]")] == [f"[stderr] r{r} bar 5000/5000"]
+
+
+def test_a_rich_progress_bar_is_text_not_a_display_per_redraw(shell):
+    # rich takes an engine for a notebook (Lightning's default bar where rich is installed): each redraw
+    # was an HTML display from the rank, every one kept in the saved notebook
+    cap = captured(shell, "-N 2 -n 2", """
+        import time
+        from rich.progress import track
+        for i in track(range(20), description="work"):
+            time.sleep(0.01)
+        print("done")
+        """)
+    assert cap.outputs == []
+    assert cap.stdout.count("done") == 4
+
+
 class SmallLiveSink(LiveTextSink):
     KEEP_LINES_PER_RANK = 50
 

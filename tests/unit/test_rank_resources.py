@@ -10,7 +10,7 @@ import pytest
 from jupyter_dist.cluster.agents import AgentAddress, RankAgents
 from jupyter_dist.engine import agent, collectives, resources
 from jupyter_dist.run.resources import GIB, ResourcePoller, ResourceStore
-from jupyter_dist.views.resources_view import resource_panels, resources_png, resources_svg
+from jupyter_dist.views.resources_view import resource_panels, resources_png, resources_svg, thinned
 
 
 def sample(t: float, cpu: float, rss_gib: float, avail: float = 0.5, gpus=()) -> dict:
@@ -112,3 +112,14 @@ def test_the_poller_gathers_a_rank_samples_from_its_agent_while_a_run_goes():
     got = poller.store.samples[3]
     assert len(got) >= 3 and all(s["t"] >= poller.started for s in got)
     assert [s["t"] for s in got] == sorted({s["t"] for s in got})  # each sample once, in order
+
+
+def test_a_long_run_is_thinned_for_the_live_view_keeping_its_last_sample():
+    samples = [sample(float(t), t % 7, 0.1) for t in range(1, 1001)]
+    kept = thinned(samples, 300)
+    assert len(kept) <= 301 and kept[0] is samples[0] and kept[-1] is samples[-1]
+    assert thinned(samples[:10], 300) == samples[:10] and thinned(samples, None) is samples
+    store = ResourceStore()
+    store.add(0, samples)
+    assert len(resource_panels(store.copy(), max_points=300)[0].series[0].xs) == len(kept)
+    assert len(resource_panels(store.copy())[0].series[0].xs) == 1000  # the saved PNG keeps every sample

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from typing import Any
 
 NODES_VAR = "JUPYTER_DIST_HOROVOD_NODES"  # rank 0 only: every node's Horovod host name
@@ -35,14 +36,28 @@ def serve_rendezvous() -> None:
     key = repr((plan, port))
     if _served.get("key") == key:
         return
-    old = _served.pop("server", None)
-    if old is not None:
-        old.shutdown()
+    stop_rendezvous()
     from horovod.runner.common.util.hosts import SlotInfo
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
     from horovod.runner.util.threads import in_thread
 
-    server = RendezvousHTTPServer(("", port), RendezvousHandler, 0)
+    try:
+        server = RendezvousHTTPServer(("", port), RendezvousHandler, 0)
+    except OSError as e:
+        if "tensorflow" in sys.modules:  # its gRPC server cannot be stopped (engine.frameworks.tensorflow)
+            raise RuntimeError(f"Horovod's rendezvous port {port} is held by this engine's TensorFlow server, "
+                               "and TensorFlow cannot leave a cluster it joined: run %dist restart, then the "
+                               "cell again") from e
+        raise
     server.init([SlotInfo(*slot) for slot in plan])
     in_thread(target=server.serve_forever)
     _served.update(key=key, server=server)
+
+
+def stop_rendezvous() -> None:
+    """Stop the rendezvous this engine serves, if any, and free its port."""
+    old = _served.pop("server", None)
+    _served.pop("key", None)
+    if old is not None:
+        old.shutdown()
+        old.server_close()

@@ -9,6 +9,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from jupyter_dist.engine.frameworks import horovod
 from jupyter_dist.engine.frameworks.patch import when_imported
 
 _state: dict[str, Any] = {}  # "server": (cluster key, Server); "mwms": (TF_CONFIG, strategy)
@@ -32,6 +33,8 @@ def setup_tensorflow() -> None:
     parameter-server cluster start serving (a `tf.distribute.Server`, in TensorFlow's threads)."""
     when_imported("tensorflow", _patch_mwms)
     config = os.environ.get("TF_CONFIG")
+    if config:  # a -f horovod run before on these engines: its rendezvous holds a port TF_CONFIG may name
+        horovod.stop_rendezvous()
     if os.environ.get("JUPYTER_DIST_FRAMEWORK") != "tensorflow" or not config:
         return
     data = json.loads(config)

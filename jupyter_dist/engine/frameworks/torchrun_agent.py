@@ -12,7 +12,6 @@ import glob
 import json
 import os
 import re
-import selectors
 import shutil
 import signal
 import subprocess
@@ -22,8 +21,9 @@ import traceback
 from typing import IO, Any
 
 from jupyter_dist.common.channel import relabel
-from jupyter_dist.common.process_group import own_group, stop_group
-from jupyter_dist.engine.frameworks.torchrun_command import ROLE, torchrun_command
+from jupyter_dist.common.process_group import own_group, read_lines, stop_group
+from jupyter_dist.engine import workers
+from jupyter_dist.engine.frameworks.torchrun_command import AGENT, CELL_SCRIPT, ROLE, torchrun_command
 from jupyter_dist.engine.script import run_script
 
 PREFIX = re.compile(rf"^\[{ROLE}(\d+)\]:(.*)$", re.S)  # torchrun's --tee prefix of a worker's line
@@ -76,7 +76,7 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
     work = _fresh_dir()
     script = plan["script"]
     if script is None:
-        script = os.path.join(work, "distrun_cell.py")
+        script = os.path.join(work, CELL_SCRIPT)
         with open(script, "w") as f:
             f.write(cell or "")
     log_dir = os.path.join(work, "logs")
@@ -84,6 +84,7 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=worker_env(os.environ),
                             **own_group())  # a group of its own (to stop it whole), in this session
     echo = Echo(node * procs)
+    workers.watch(proc.pid, AGENT)  # its workers' resources and stacks are their ranks' (engine/workers.py)
     try:
         _stream(proc, echo)
         code = proc.wait()
@@ -92,6 +93,8 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
         if isinstance(e, KeyboardInterrupt):
             raise TorchrunStopped(f"torchrun on node {node} was stopped, with its workers") from None
         raise
+    finally:
+        workers.forget(proc.pid)
     if code == 0:
         echo.release()
     else:
@@ -150,29 +153,7 @@ class Echo:
 
 def _stream(proc: subprocess.Popen[bytes], echo: Echo) -> None:
     """Read torchrun's stdout and stderr as they come, line by line, until both close."""
-    sel = selectors.DefaultSelector()
-    sinks = {proc.stdout: sys.stdout, proc.stderr: sys.stderr}
-    pending: dict[Any, bytes] = {}
-    for pipe in sinks:
-        assert pipe is not None
-        os.set_blocking(pipe.fileno(), False)
-        sel.register(pipe, selectors.EVENT_READ)
-        pending[pipe] = b""
-    while pending:
-        for key, _ in sel.select(timeout=0.2):
-            pipe = key.fileobj
-            chunk = os.read(pipe.fileno(), 65536)  # type: ignore[union-attr]
-            if not chunk:
-                sel.unregister(pipe)
-                rest = pending.pop(pipe)
-                if rest:
-                    echo.line(rest.decode(errors="replace"), sinks[pipe])  # type: ignore[index]
-                continue
-            *lines, pending[pipe] = (pending[pipe] + chunk).split(b"\n")
-            for line in lines:
-                echo.line(line.decode(errors="replace"), sinks[pipe])  # type: ignore[index]
-    sel.close()
-
+    read_lines({proc.stdout: sys.stdout, proc.stderr: sys.stderr}, echo.line)  # type: ignore[dict-item]
 
 
 def _error_files(log_dir: str) -> list[tuple[int, int, str, str]]:

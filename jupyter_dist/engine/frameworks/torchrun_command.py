@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 AGENT = "jupyter_dist.engine.frameworks.torchrun_agent"  # run as `-m`: the wrapper of every worker
+CELL_SCRIPT = "distrun_cell.py"  # the cell as the script torchrun runs (its frames read as the cell's)
 ROLE = "default"  # torchrun's role name: its tee prefix is "[default<local rank>]:"
 
 
