@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_dist.cluster import hosts as hostmod
-from jupyter_dist.cluster import replacement, watchdog
+from jupyter_dist.cluster import replacement, stopping, watchdog
 from jupyter_dist.cluster.agents import AgentAddress, RankAgents
 from jupyter_dist.cluster.launch_session import in_this_session
 from jupyter_dist.cluster.launchers import Launcher, launcher_for
@@ -82,6 +82,7 @@ class EngineCluster:
     agents: RankAgents = field(default_factory=RankAgents)  # each rank's agent: answers while a cell runs
     mpi_world_split: bool = False  # a rank was replaced: the engines no longer share one MPI world
     spares: Any = None  # replacement engines started, not yet given their ranks (replacement.Spares)
+    pending_stop: Any = None  # ranks still stopping after a --timeout was reported (stopping.Stopping)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -114,6 +115,7 @@ class EngineCluster:
         say: Callable[[str], None] | None = None,
     ) -> bool:
         """Start or reuse engines of `shape`; True when it (re)started them. `say` hears why."""
+        stopping.settle(self)  # ranks still stopping after a --timeout: stopped, or killed to be replaced
         if self.shape == shape and self.alive():
             if not self.master_port and self.node_addrs:
                 self._master_port_on_node0()
@@ -312,6 +314,7 @@ class EngineCluster:
 
     def stop(self) -> None:
         """Stop controller and engines; kill any process of theirs that outlives the stop."""
+        stopping.cancel(self)
         roots = self._cluster_pids()
         groups = own_groups(roots)
         tree = process_tree(roots + [e.pid for e in self.engines if is_local_host(e.host)])

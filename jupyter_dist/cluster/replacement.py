@@ -80,6 +80,10 @@ class Spares:
     ranked: set[str]
     starts: list[float] = field(default_factory=list)  # when each spare was started, oldest first
     preloaded: frozenset[str] = frozenset()  # the modules every registered spare was told to import
+    pids: dict[str, int] = field(default_factory=dict)  # registered spares' processes, once they said
+    asked: dict[str, Any] = field(default_factory=dict)  # spares asked for their pid (ipyparallel results)
+    dead: set[str] = field(default_factory=set)  # spares whose engine is gone: never given a rank
+    seen: set[str] = field(default_factory=set)  # spares seen registered (a spare given a rank leaves it)
 
     @property
     def count(self) -> int:
@@ -149,9 +153,41 @@ def tend(cluster: EngineCluster) -> None:
 
 
 def _pool(cluster: EngineCluster) -> Spares:
+    """The cluster's spares, less any whose process has ended (killed, OOM): a dead spare never takes a
+    rank's place, and is counted no more, so the next start makes up for it."""
     if cluster.spares is None:
         cluster.spares = Spares({_uuid(cluster.client, eid) for eid in cluster.client.ids})
-    return cluster.spares
+    pool: Spares = cluster.spares
+    with contextlib.suppress(Exception):  # a spare is a convenience: its check never fails a run
+        _drop_dead(cluster.client, pool)
+    return pool
+
+
+def _drop_dead(client: Any, pool: Spares) -> None:
+    """Spares whose engine is gone: registered once and no longer (the controller drops a killed engine
+    within a second or so here), or still registered with their process ended (each is asked its pid once,
+    answered when it is free; checked locally after that)."""
+    now = {_uuid(client, eid): eid for eid in client.ids}
+    for uuid in sorted(pool.seen - set(now) - pool.dead):
+        _lost(pool, uuid)
+    for uuid, eid in now.items():
+        if uuid in pool.ranked or uuid in pool.dead:
+            continue
+        pool.seen.add(uuid)
+        if uuid not in pool.pids:
+            if uuid not in pool.asked:
+                pool.asked[uuid] = client[eid].apply_async(engine_side.identify)
+            if not pool.asked[uuid].ready():
+                continue
+            info = pool.asked.pop(uuid).get(0)
+            pool.pids[uuid] = info["pid"] if is_local_host(info["host"]) else 0  # 0: not checked from here
+        if pool.pids[uuid] and not pid_alive(pool.pids[uuid]):
+            _lost(pool, uuid)
+
+
+def _lost(pool: Spares, uuid: str) -> None:
+    pool.dead.add(uuid)
+    del pool.starts[:1]  # one spare fewer; the oldest start stands for it
 
 
 def _loaded(cluster: EngineCluster) -> list[str]:
@@ -204,6 +240,7 @@ def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None]
     for rank, ar in pending.items():
         cluster.agents.addresses[rank] = AgentAddress(*ar.get(30))
     pool.ranked |= {_uuid(client, eid) for eid in new}
+    pool.seen -= pool.ranked
     del pool.starts[:len(ranks)]
     cluster.rotate_master_port()  # the survivors' group is replaced by one the new rank joins
     if cluster.shape is not None and cluster.shape.launcher == "mpi":
@@ -222,7 +259,7 @@ def replace(cluster: EngineCluster, ranks: list[int], say: Callable[[str], None]
 
 
 def _registered(client: Any, pool: Spares) -> list[int]:
-    return [eid for eid in sorted(client.ids) if _uuid(client, eid) not in pool.ranked]
+    return [eid for eid in sorted(client.ids) if _uuid(client, eid) not in pool.ranked | pool.dead]
 
 
 def _uuid(client: Any, eid: int) -> str:

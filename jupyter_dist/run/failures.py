@@ -214,16 +214,21 @@ def run_timeout(timeout: float, pending: Iterable[Failure]) -> RunTimeout:
 
 
 def timeout_report(timeout: float, running: Iterable[int], stack_lines: Iterable[str],
-                   stuck: Iterable[int] = ()) -> RunTimeout:
+                   stuck: Iterable[int] = (), stopping: Iterable[int] = ()) -> RunTimeout:
     """The error of a run past --timeout: who was still running, every rank's stack (grouped, from the
-    agents; native where Python did not answer), and which ranks could not be stopped."""
+    agents; native where Python did not answer), which ranks could not be stopped, and which were still
+    stopping when this was reported (cluster/stopping.py)."""
     ranks = ", ".join(str(r) for r in running)
     lines = ["--- the ranks' stacks at the deadline:", *stack_lines]
-    stuck = list(stuck)
+    stuck, stopping = list(stuck), list(stopping)
     if stuck:
         lines.append("--- rank(s) " + ", ".join(str(r) for r in stuck) + " did not stop: their engines were killed and "
                      "the next run replaces them (their variables are lost); the other ranks keep theirs")
-    else:
+    if stopping:
+        lines.append("--- rank(s) " + ", ".join(str(r) for r in stopping) + " had not stopped yet (an MPI call or "
+                     "native code does not return to Python): those still running interrupt_grace after the release "
+                     "are killed and replaced before the next run (their variables are lost); the others keep theirs")
+    if not stuck and not stopping:
         lines.append("--- every rank stopped and keeps its variables; a torch process group the hang left "
                      "broken was destroyed: the next init_process_group makes a fresh one")
     return RunTimeout(f"the run passed --timeout {timeout:g} s; still running: rank(s) {ranks}", lines)

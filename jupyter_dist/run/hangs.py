@@ -3,7 +3,10 @@
 Nothing here waits on a rank's main thread, which is the thread the cell holds: the stacks and the
 release go to each rank's agent (a thread of its own, engine/agent.py), and where the agent cannot
 answer (the main thread holds the GIL in native code) the native stack comes from py-spy, which
-reads the process from outside. A rank that does not stop is the runner's to replace.
+reads the process from outside. A rank that does not stop is the runner's to replace. The report does
+not wait for every rank to stop: after REPORT_WAIT_S, the ranks whose agents answered but which are still
+running are watched for the rest of `interrupt_grace` by cluster/stopping.py (kept if they stop, killed and
+replaced before the next run if not).
 """
 
 from __future__ import annotations
@@ -18,13 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_dist.cluster import stopping
 from jupyter_dist.cluster.agents import Answers
 from jupyter_dist.cluster.engines import EngineCluster
 from jupyter_dist.common.hosts import is_local_host
-from jupyter_dist.run import stacks
+from jupyter_dist.plan.settings import settings
+from jupyter_dist.run import failures, stacks
 
 ASK_S = 1.0  # how long a rank's agent gets to answer; one that does not holds the GIL in native code
 PY_SPY_S = 2.5  # how long py-spy may take to read one process (both tries)
+REPORT_WAIT_S = 1.5  # how long a --timeout's report waits for the released ranks to stop (then: stopping.py)
+STILL_STOPPING_OUTPUT_S = 0.5  # the output wait of a run with ranks still stopping (theirs never completes)
+
+
+class StillStopping(RuntimeError):
+    """A rank released after a --timeout that had not stopped when the timeout was reported."""
 
 
 @dataclass
@@ -137,3 +148,31 @@ def _native_into(out: dict[int, list[str]], rank: int, pid: int) -> None:
 
 def stuck_words(stuck: Mapping[int, Any]) -> str:
     return ", ".join(str(r) for r in sorted(stuck))
+
+
+def stop_later(cluster: EngineCluster, by_child: list[tuple[Any, Any]], stuck: list[Any], answered: set[int],
+               deadline: float) -> list[Any]:
+    """The ranks of `stuck` (runner states) whose agent answered are watched until `deadline`
+    (cluster/stopping.py) and marked as still stopping; returns the others, to be given up now."""
+    later = [st for st in stuck if st.place.rank in answered]
+    if later:
+        stopping.watch(cluster, {st.place.rank: child for child, st in by_child if st in later}, deadline)
+    for st in later:
+        st.done, st.finished_at = True, time.monotonic()
+        st.error = StillStopping(f"rank {st.place.rank} had not stopped when the timeout was reported")
+    return [st for st in stuck if st not in later]
+
+
+def stopping_ranks(cluster: EngineCluster) -> list[int]:
+    """The ranks being watched after this run's --timeout (cluster/stopping.py)."""
+    st = cluster.pending_stop
+    return sorted(st.pids) if st is not None else []
+
+
+def output_wait(errors: Iterable[Any]) -> float:
+    """How long a run waits for its ranks' last output: a dead engine's or a still-stopping rank's output
+    never completes, so those get a short wait only."""
+    errors = list(errors)
+    if any(isinstance(e, StillStopping) for e in errors):
+        return STILL_STOPPING_OUTPUT_S
+    return 3.0 if any(failures.is_engine_death(e) for e in errors) else settings().output_wait

@@ -139,9 +139,8 @@ class Runner:
             cluster.set_busy(False)
             # every line the ranks printed arrives before the view is closed; a dead engine's
             # output never completes, so it gets a short wait only
-            died = any(failures.is_engine_death(st.error) for st in states.values())
             with contextlib.suppress(Exception):
-                ar.wait_for_output(3 if died else settings().output_wait)
+                ar.wait_for_output(hangs.output_wait([st.error for st in states.values()]))
             streams.settled()
             self._drain(by_child, sink, logs, final=True)
             streams.detach()
@@ -214,15 +213,15 @@ class Runner:
         t0 = time.monotonic()
         snap = hangs.snapshot(self.cluster, running)
         t1 = time.monotonic()
-        stuck = self._stop_all(ar, by_child, sink, logs, deaf=set(snap.answers.missing))
+        stuck = self._stop_all(ar, by_child, sink, logs, deaf=set(snap.answers.missing), wait=hangs.REPORT_WAIT_S)
         t2 = time.monotonic()
         snap.wait_native()
         self.last_stacks = snap
         self.timeout_phases = {"stacks": t1 - t0, "stop": t2 - t1, "native": time.monotonic() - t2}
-        raise failures.timeout_report(ex.timeout or 0, running, snap.lines(), stuck)
+        raise failures.timeout_report(ex.timeout or 0, running, snap.lines(), stuck, hangs.stopping_ranks(self.cluster))
 
     def _stop_all(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs,
-                  deaf: set[int] | None = None) -> list[int]:
+                  deaf: set[int] | None = None, wait: float | None = None) -> list[int]:
         """Release every rank of the run from its collectives and stop the running cells, through the
         agents (the nanny's SIGINT for ranks whose agent does not answer, and for `deaf` ones, whose
         agent just did not); the ranks that did not stop are killed, to be replaced by the next run.
@@ -233,14 +232,16 @@ class Runner:
                                  [st.place.rank for _, st in by_child if st.done])
         self.interrupt([st for st in running if st.place.rank not in answered])
         self.cluster.rotate_master_port()  # the old group's store may still hold the port
-        return self._wait_stopped(ar, by_child, sink, logs, set(answered))
+        return self._wait_stopped(ar, by_child, sink, logs, set(answered), wait)
 
     def _wait_stopped(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs,
-                      answered: set[int] | None = None) -> list[int]:
+                      answered: set[int] | None = None, wait: float | None = None) -> list[int]:
         """Wait for the ranks to stop: up to interrupt_grace, but only STUCK_WAIT_S once every rank still
-        running is one whose agent did not answer (its main thread holds the GIL in native code)."""
+        running is one whose agent did not answer (its main thread holds the GIL in native code). With
+        `wait`, only that long: answered ranks still running are then watched for the rest of the grace
+        (hangs.stop_later), the others given up now."""
         t0 = time.monotonic()
-        end = t0 + settings().interrupt_grace
+        end = t0 + min(settings().interrupt_grace, wait if wait is not None else 1e9)
         while not ar.wait(0.05) and time.monotonic() < end:
             self._drain(by_child, sink, logs)
             left = [st for child, st in by_child if not child.done()]
@@ -248,6 +249,8 @@ class Runner:
                     all(st.place.rank not in answered for st in left):
                 break
         stuck = [st for child, st in by_child if not child.done()]
+        if wait is not None and answered:
+            stuck = hangs.stop_later(self.cluster, by_child, stuck, answered, t0 + settings().interrupt_grace)
         if stuck:
             self._give_up(stuck, "did not stop after the interrupt")
         return [st.place.rank for st in stuck]

@@ -15,6 +15,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from jupyter_dist import frameworks
+from jupyter_dist.cluster import stopping
 from jupyter_dist.cluster.engines import EngineCluster, check_shape
 from jupyter_dist.cluster.shape import ClusterShape
 from jupyter_dist.common.ports import port_in_use
@@ -142,6 +143,11 @@ class DistSession:
     def bring_up(self, p: Prepared) -> None:
         """Engines of the right shape, the layout with real ports, every rank's environment."""
         spec = p.spec
+        if (p.framework.family == "mpi" or p.backend == "mpi") and (gone := stopping.settle(self.cluster, start=False)):
+            # ranks killed after a --timeout: their replacements would not be in the MPI world the run needs
+            say(f"rank(s) {', '.join(map(str, gone))} did not stop after the timeout and -f {p.framework.name} "
+                "needs one MPI world: restarting the cluster (variables on the ranks are lost)")
+            self.cluster.stop()
         self.cluster.ensure(self.shape_of(spec), progress=self.display.start_progress(), say=say)
         if self.cluster.mpi_world_split and (p.framework.family == "mpi" or p.backend == "mpi"):
             # a replaced rank has an MPI world of its own (cluster/replacement.py): MPI needs one world
@@ -201,7 +207,7 @@ class DistSession:
         """The last run's checked plan when this run is the same on the same live engines: a warm
         cell re-run skips the checks and environment tables that cannot have changed (about a
         third of jupyter-dist's own time per cell). The cell and the script are still checked."""
-        if self._plan is None or self._plan[0] != self._plan_key(spec) or not self.cluster.alive():
+        if self._plan is None or self._plan[0] != self._plan_key(spec) or self.cluster.pending_stop or not self.cluster.alive():
             return None
         if code is not None:
             check_compiles(code, shell)

@@ -130,11 +130,62 @@ def test_old_log_folders_pruned_never_this_kernels(distrun, shell, capsys):
     assert str(logs) in out and "retention: the newest 50 of each are kept" in out
 
 
+def test_slow_to_stop_rank_reported_then_kept(distrun, shell, capsys):
+    """A rank that takes longer to stop than the report waits (its cell cleans up for 3 s after the
+    interrupt): the report names it as still stopping and does not wait for it; it stops within
+    interrupt_grace, keeps its variables and its engine, and the next cell waits for it to finish."""
+    pids = [e.pid for e in cluster().engines]
+    cell = ("import time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
+            "    if kept == 2:\n        time.sleep(3)\n    raise\n")
+    t0 = time.monotonic()
+    with pytest.raises(RunTimeout) as info:
+        shell.run_cell_magic("distrun", f"{LAYOUT} --timeout {T}", cell)
+    took = time.monotonic() - t0
+    STORE.update(timeout=None)
+    capsys.readouterr()
+    text = "\n".join(info.value._render_traceback_())
+    assert "rank(s) 2 had not stopped yet" in text, text
+    after = every_rank_works(distrun, shell)
+    assert [e.pid for e in cluster().engines] == pids
+    print(f"\nslow to stop (3 s): --timeout {T}: reported after {took:.2f} s; next cell {after:.2f} s")
+    record(f"hang_slow_stop_timeout_{T}_report_s", round(took, 2))
+
+
+def test_mpi_wait_in_python_is_stopped_and_kept(distrun, shell, capsys):
+    """mpi4py, waiting in Python: ranks 0, 2, 3 poll an `Ibarrier()` with `Test()` and `time.sleep`, rank 1
+    sleeps. Every rank stops and keeps its variables and its engine. Their Ibarrier is still pending in
+    COMM_WORLD: the next cell completes it (rank 1 joins it with an `Ibarrier()` of its own: a non-blocking
+    collective matches no blocking one) before its own collective."""
+    pids = [e.pid for e in cluster().engines]
+    cell = ("import time\nfrom mpi4py import MPI\nw = MPI.COMM_WORLD\n"
+            "if w.Get_rank() == 1:\n    time.sleep(600)\nelse:\n    req = w.Ibarrier()\n"
+            "    while not req.Test():\n        time.sleep(0.01)\n")
+    t0 = time.monotonic()
+    with pytest.raises(RunTimeout) as info:
+        shell.run_cell_magic("distrun", f"-f mpi {LAYOUT} --timeout {T}", cell)
+    took = time.monotonic() - t0
+    STORE.update(timeout=None)
+    capsys.readouterr()
+    text = "\n".join(info.value._render_traceback_())
+    assert "every rank stopped and keeps its variables" in text, text
+    t1 = time.monotonic()
+    distrun(f"-f mpi {LAYOUT} --timeout 60 -o size", "from mpi4py import MPI\nw = MPI.COMM_WORLD\n"
+            "if w.Get_rank() == 1:\n    w.Ibarrier().Wait()\nsize = (w.allreduce(1), kept)\n")
+    STORE.update(timeout=None)
+    after = time.monotonic() - t1
+    assert shell.user_ns["size"] == [(4, r) for r in range(4)]
+    assert [e.pid for e in cluster().engines] == pids
+    print(f"\nmpi4py Ibarrier polled in Python vs sleep: --timeout {T}: reported after {took:.2f} s; "
+          f"next -f mpi cell {after:.2f} s\n{text}")
+    record(f"hang_mpi_ibarrier_poll_timeout_{T}_report_s", round(took, 2))
+
+
 def test_mpi_collective_hang(distrun, shell, capsys):
     """mpi4py: ranks 0, 2, 3 in `COMM_WORLD.Barrier()`, rank 1 asleep, `-f mpi --timeout 5`. Reported with
-    every rank's stack; the ranks in the barrier wait in Open MPI's C loop, which no signal's handler
-    can leave, so their engines are killed and replaced, and the next `-f mpi` run (one MPI world
-    needed) restarts the cluster. Last in the module: the engines' variables are gone after it."""
+    every rank's stack, without waiting out interrupt_grace; the ranks in the barrier wait in Open MPI's C
+    loop, which no signal's handler can leave, so they are named as still stopping, killed when the grace
+    ends, and the next `-f mpi` run (one MPI world needed) restarts the cluster, saying why. Last in the
+    module: the engines' variables are gone after it."""
     cell = ("import time\nfrom mpi4py import MPI\nw = MPI.COMM_WORLD\n"
             "if w.Get_rank() == 1:\n    time.sleep(600)\nelse:\n    w.Barrier()\n")
     t0 = time.monotonic()
@@ -146,11 +197,15 @@ def test_mpi_collective_hang(distrun, shell, capsys):
     text = "\n".join(info.value._render_traceback_())
     assert "still running: rank(s) 0, 1, 2, 3" in str(info.value)
     assert "Barrier" in text and "sleep" in text, text
+    assert "rank(s) 0, 2, 3 had not stopped yet" in text, text
     t1 = time.monotonic()
     out = distrun(f"-f mpi {LAYOUT} -o size", "from mpi4py import MPI\nsize = MPI.COMM_WORLD.allreduce(1)\n")
     after = time.monotonic() - t1
     assert shell.user_ns["size"] == [4] * 4
-    print(f"\nmpi4py Barrier vs sleep: --timeout {T}: reported after {took:.2f} s; next -f mpi cell {after:.2f} s\n"
+    assert "rank(s) 0, 2, 3 did not stop after the timeout" in out.out, out.out
+    phases = ", ".join(f"{k} {v:.2f} s" for k, v in jupyter_dist.get_session().runner.timeout_phases.items())
+    print(f"\nmpi4py Barrier vs sleep: --timeout {T}: reported after {took:.2f} s ({phases}); "
+          f"next -f mpi cell {after:.2f} s\n"
           f"{text}\n{out.out}")
     record(f"hang_mpi_barrier_timeout_{T}_report_s", round(took, 2))
     record("hang_mpi_barrier_next_cell_s", round(after, 2))

@@ -160,6 +160,34 @@ def test_restart_one_rank_by_hand(distrun, shell, capsys):
     record("time_to_restart_one_rank_by_hand_s", round(took, 2))
 
 
+def test_dead_spare_is_not_given_a_rank(distrun, shell, capsys, monkeypatch):
+    """The warm spare's process killed, then a rank: the dead spare is noticed (gone from the controller,
+    or its process ended) and a new engine is started for the rank, not waited for until start_timeout."""
+    monkeypatch.setattr(settings(), "start_timeout", 60.0)  # were the dead spare waited for: a failure in 60 s
+    warm_up(shell)
+    spare_ready()
+    warm_up(shell)  # after a run the spares are seen and asked their pids (replacement.tend)
+    c = cluster()
+    (spare,) = replacement.spare_ids(c)
+    spare_pid = c.client[spare].apply_sync(os.getpid)
+    os.kill(spare_pid, 9)
+    t0 = time.monotonic()
+    while spare in c.client.ids and time.monotonic() - t0 < 20:  # the controller drops it (here: at once)
+        time.sleep(0.1)
+    before = pids()
+    t1 = time.monotonic()
+    shell.run_line_magic("dist", "restart --rank 1")
+    took = time.monotonic() - t1
+    assert "rank 1 was replaced by a new engine" in capsys.readouterr().out
+    _, out = next_cell(distrun, shell)
+    assert shell.user_ns["ok"] == [(4.0, 0), (4.0, None), (4.0, 2), (4.0, 3)]
+    now = pids()
+    assert [now[r] for r in (0, 2, 3)] == [before[r] for r in (0, 2, 3)] and now[1] not in (before[1], spare_pid)
+    print(f"\nthe warm spare killed (unregistered after {t1 - t0:.1f} s), then %dist restart --rank 1: {took:.2f} s "
+          "(a new engine started for it)")
+    record("time_to_restart_one_rank_dead_spare_s", round(took, 2))
+
+
 def test_mpi4py_after_a_replacement(distrun, shell):
     """A replacement has an MPI world of its own; -f mpi then restarts the cluster into one world."""
     if not cluster().mpi_world_split:
