@@ -54,6 +54,17 @@ def cluster():
     return jupyter_dist.get_session().cluster
 
 
+def timed_out(shell, capsys, flags: str, cell: str) -> tuple[float, RunTimeout, str]:
+    """Run `cell` expecting a RunTimeout: (seconds until it came, the error, its rendered report)."""
+    t0 = time.monotonic()
+    with pytest.raises(RunTimeout) as info:
+        shell.run_cell_magic("distrun", flags, cell)
+    took = time.monotonic() - t0
+    STORE.update(timeout=None)
+    capsys.readouterr()
+    return took, info.value, "\n".join(info.value._render_traceback_())
+
+
 def every_rank_works(distrun, shell) -> float:
     """A fresh group on every rank (the hang's group was torn down); returns its time."""
     t0 = time.monotonic()
@@ -76,14 +87,8 @@ def warm(shell):
 def test_hang_shape_reported_within_t_plus_5(distrun, shell, shape, capsys):
     cell, running, word = SHAPES[shape]
     pids = [e.pid for e in cluster().engines]
-    t0 = time.monotonic()
-    with pytest.raises(RunTimeout) as info:
-        shell.run_cell_magic("distrun", f"{LAYOUT} --timeout {T}", GROUP + cell)
-    took = time.monotonic() - t0
-    STORE.update(timeout=None)
-    capsys.readouterr()
-    text = "\n".join(info.value._render_traceback_())
-    assert f"still running: rank(s) {running}" in str(info.value)
+    took, error, text = timed_out(shell, capsys, f"{LAYOUT} --timeout {T}", GROUP + cell)
+    assert f"still running: rank(s) {running}" in str(error)
     assert word in text, text
     assert "no stack" not in text, text  # every running rank's stack is shown
     after = every_rank_works(distrun, shell)
@@ -137,13 +142,7 @@ def test_slow_to_stop_rank_reported_then_kept(distrun, shell, capsys):
     pids = [e.pid for e in cluster().engines]
     cell = ("import time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
             "    if kept == 2:\n        time.sleep(3)\n    raise\n")
-    t0 = time.monotonic()
-    with pytest.raises(RunTimeout) as info:
-        shell.run_cell_magic("distrun", f"{LAYOUT} --timeout {T}", cell)
-    took = time.monotonic() - t0
-    STORE.update(timeout=None)
-    capsys.readouterr()
-    text = "\n".join(info.value._render_traceback_())
+    took, error, text = timed_out(shell, capsys, f"{LAYOUT} --timeout {T}", cell)
     assert "rank(s) 2 had not stopped yet" in text, text
     after = every_rank_works(distrun, shell)
     assert [e.pid for e in cluster().engines] == pids
@@ -160,13 +159,7 @@ def test_mpi_wait_in_python_is_stopped_and_kept(distrun, shell, capsys):
     cell = ("import time\nfrom mpi4py import MPI\nw = MPI.COMM_WORLD\n"
             "if w.Get_rank() == 1:\n    time.sleep(600)\nelse:\n    req = w.Ibarrier()\n"
             "    while not req.Test():\n        time.sleep(0.01)\n")
-    t0 = time.monotonic()
-    with pytest.raises(RunTimeout) as info:
-        shell.run_cell_magic("distrun", f"-f mpi {LAYOUT} --timeout {T}", cell)
-    took = time.monotonic() - t0
-    STORE.update(timeout=None)
-    capsys.readouterr()
-    text = "\n".join(info.value._render_traceback_())
+    took, error, text = timed_out(shell, capsys, f"-f mpi {LAYOUT} --timeout {T}", cell)
     assert "every rank stopped and keeps its variables" in text, text
     t1 = time.monotonic()
     distrun(f"-f mpi {LAYOUT} --timeout 60 -o size", "from mpi4py import MPI\nw = MPI.COMM_WORLD\n"
@@ -188,14 +181,8 @@ def test_mpi_collective_hang(distrun, shell, capsys):
     module: the engines' variables are gone after it."""
     cell = ("import time\nfrom mpi4py import MPI\nw = MPI.COMM_WORLD\n"
             "if w.Get_rank() == 1:\n    time.sleep(600)\nelse:\n    w.Barrier()\n")
-    t0 = time.monotonic()
-    with pytest.raises(RunTimeout) as info:
-        shell.run_cell_magic("distrun", f"-f mpi {LAYOUT} --timeout {T}", cell)
-    took = time.monotonic() - t0
-    STORE.update(timeout=None)
-    capsys.readouterr()
-    text = "\n".join(info.value._render_traceback_())
-    assert "still running: rank(s) 0, 1, 2, 3" in str(info.value)
+    took, error, text = timed_out(shell, capsys, f"-f mpi {LAYOUT} --timeout {T}", cell)
+    assert "still running: rank(s) 0, 1, 2, 3" in str(error)
     assert "Barrier" in text and "sleep" in text, text
     assert "rank(s) 0, 2, 3 had not stopped yet" in text, text
     t1 = time.monotonic()
