@@ -232,7 +232,9 @@ class Runner:
                                  [st.place.rank for _, st in by_child if st.done])
         self.interrupt([st for st in running if st.place.rank not in answered])
         self.cluster.rotate_master_port()  # the old group's store may still hold the port
-        return self._wait_stopped(ar, by_child, sink, logs, set(answered), wait)
+        # only a --timeout (`wait`) gives up early on ranks whose agent did not answer: after a failure or
+        # an interrupt a loaded machine's slow agent must not cost a rank its engine (interrupt_grace)
+        return self._wait_stopped(ar, by_child, sink, logs, set(answered) if wait is not None else None, wait)
 
     def _wait_stopped(self, ar: Any, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs,
                       answered: set[int] | None = None, wait: float | None = None) -> list[int]:
