@@ -76,13 +76,18 @@ def _stop_pidfile(pidfile: Path) -> None:
 class SlurmCluster:
     """`nodes` slurmd nodes `<tag>n0..`, each in namespace `<tag>n<i>` at `<net>.<2+i>`; the host at `<net>.1`."""
 
-    def __init__(self, nodes: int, private: dict[int, list[str]] | None = None, namespaces: bool = True) -> None:
+    def __init__(self, nodes: int, private: dict[int, list[str]] | None = None, namespaces: bool = True,
+                 resolve_names: bool = False) -> None:
         """`private`: node -> folders that node sees as an empty tmpfs of its own (a node-local disk
         where the kernel's host has a folder of the same path: no shared state folder).
-        `namespaces=False`: one node, this host itself at 127.0.0.1 (a Slurm on one workstation)."""
+        `namespaces=False`: one node, this host itself at 127.0.0.1 (a Slurm on one workstation).
+        `resolve_names`: the node names resolve to the nodes' addresses on every node (an /etc/hosts of
+        each namespace, which `ip netns exec` mounts from /etc/netns/<name>/), as on most clusters;
+        otherwise a name resolves nowhere (only slurmctld knows the nodes' addresses)."""
         if not namespaces and (nodes != 1 or private):
             raise ValueError("a Slurm without namespaces has one node, this host, and nothing private")
         self.private = private or {}
+        self.resolve_names = resolve_names and namespaces
         self.namespaces = namespaces
         self.tag = f"js{os.getpid() % 100000}"
         self.net = f"10.214.{100 + os.getpid() % 100}"
@@ -140,6 +145,11 @@ class SlurmCluster:
             _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
+        if self.resolve_names:
+            hosts = "127.0.0.1 localhost\n" + "".join(f"{a} {n}\n" for n, a in zip(self.names, self.addrs, strict=True))
+            for ns in self.names:
+                (Path("/etc/netns") / ns).mkdir(parents=True, exist_ok=True)
+                (Path("/etc/netns") / ns / "hosts").write_text(hosts)
 
     def _config(self) -> None:
         d = self.dir
@@ -247,9 +257,46 @@ class SlurmCluster:
         if self.namespaces:
             for ns in self.names:
                 _ip("netns", "del", ns, check=False)
+                shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                Path("/etc/netns").rmdir()  # when no other namespace has files there
             _ip("link", "del", self.bridge, check=False)
         if self._saved_conf is None:
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = self._saved_conf
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def module_cluster(request, nodes: int, private: dict[int, list[str]] | None = None,
+                   resolve_names: bool = False) -> SlurmCluster:
+    """A test module's Slurm of `nodes` nodes, idle, removed after the module (also when half made);
+    skips the module where it cannot be built (not root, Slurm not installed)."""
+    import pytest  # only the tests import this module
+
+    if os.geteuid() != 0:
+        pytest.skip("a test Slurm of several nodes needs root (network namespaces, slurmd)")
+    if missing := missing_tools():
+        pytest.skip(f"Slurm is not installed (no {', '.join(missing)}): apt-get install slurm-wlm munge iproute2")
+    cluster = SlurmCluster(nodes, private=private, resolve_names=resolve_names)
+    request.addfinalizer(cluster.destroy)  # before anything exists, so a half set-up is removed too
+    t0 = time.monotonic()
+    cluster.create()
+    print(f"\nSlurm of {len(cluster.names)} nodes idle after {time.monotonic() - t0:.1f} s")
+    return cluster
+
+
+# A cell's prefix that says where its rank runs: `where` (host name, its non-loopback addresses, the
+# rank's layout variables, the jupyter_dist it imported)
+WHERE = textwrap.dedent(
+    """
+    import os, socket, psutil, jupyter_dist as _jd
+    addrs = sorted(a.address for nic in psutil.net_if_addrs().values() for a in nic
+                   if a.family == socket.AF_INET and not a.address.startswith("127."))
+    env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                          "AZ_BATCH_MASTER_NODE", "AZ_BATCHAI_MPI_MASTER_NODE", "GLOO_SOCKET_IFNAME",
+                                          "NCCL_SOCKET_IFNAME", "TF_CONFIG", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+                                          "HOROVOD_HOSTNAME", "HOROVOD_GLOO_IFACE")}
+    where = dict(host=socket.gethostname(), addrs=addrs, env=env, code=_jd.__file__)
+    """
+)

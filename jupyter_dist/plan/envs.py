@@ -31,5 +31,15 @@ def rank_environments(
         framework_env = fw.rank_env(ctx, rank)
         framework_env["JUPYTER_DIST_FRAMEWORK"] = fw.name
         framework_env["JUPYTER_DIST_BACKEND"] = ctx.backend
-        envs[rank] = compose(fabric_by_node.get(node, {}), framework_env, user)
+        envs[rank] = horovod_gloo_iface(compose(fabric_by_node.get(node, {}), framework_env, user))
     return envs
+
+
+def horovod_gloo_iface(env: dict[str, str]) -> dict[str, str]:
+    """Horovod in Gloo mode binds to HOROVOD_GLOO_IFACE, never reading GLOO_SOCKET_IFNAME; unset, it binds to
+    the address of the node's host name, which need not resolve on the node (Slurm nodes in their own
+    namespaces: "Unable to find address for: <node>"). It gets the rank's Gloo interface when that is one name."""
+    iface = env.get("GLOO_SOCKET_IFNAME", "").removeprefix("=")
+    if "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env and "HOROVOD_GLOO_IFACE" not in env and iface and not set(iface) & set("^,"):
+        env["HOROVOD_GLOO_IFACE"] = iface
+    return env

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from cells import ddp_cell
-from slurm_cluster import SlurmCluster, missing_tools
+from slurm_cluster import WHERE, module_cluster
 
 import jupyter_dist
 from jupyter_dist.cluster.profile import state_dir
@@ -32,36 +32,14 @@ FLAGS = "--launcher slurm --time 10 -N 2 -n 2"
 
 @pytest.fixture(scope="module")
 def nodes(request):
-    if os.geteuid() != 0:
-        pytest.skip("a test Slurm of several nodes needs root (network namespaces, slurmd)")
-    if missing := missing_tools():
-        pytest.skip(f"Slurm is not installed (no {', '.join(missing)}): apt-get install slurm-wlm munge iproute2")
     # node 1 keeps the cluster's profiles (connection files, stack and crash files) on a disk of its own
-    cluster = SlurmCluster(3, private={1: [str(state_dir() / "profiles")]})
-    request.addfinalizer(cluster.destroy)  # before anything exists, so a half set-up is removed too
-    t0 = time.monotonic()
-    cluster.create()
-    print(f"\nSlurm of {len(cluster.names)} nodes idle after {time.monotonic() - t0:.1f} s")
-    return cluster
+    return module_cluster(request, 3, private={1: [str(state_dir() / "profiles")]})
 
 
 @pytest.fixture(scope="module")
 def nshell(nodes, shell):
     """The module's shell, set up after (so stopped before) the Slurm nodes."""
     return shell
-
-
-WHERE = textwrap.dedent(
-    """
-    import os, socket, psutil, jupyter_dist as _jd
-    addrs = sorted(a.address for nic in psutil.net_if_addrs().values() for a in nic
-                   if a.family == socket.AF_INET and not a.address.startswith("127."))
-    env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                          "AZ_BATCH_MASTER_NODE", "AZ_BATCHAI_MPI_MASTER_NODE", "GLOO_SOCKET_IFNAME",
-                                          "NCCL_SOCKET_IFNAME")}
-    where = dict(host=socket.gethostname(), addrs=addrs, env=env, code=_jd.__file__)
-    """
-)
 
 
 def test_ddp_across_two_nodes(nshell, distrun, nodes, capsys):

@@ -78,6 +78,25 @@ def test_precedence_user_over_framework_over_fabric():
     assert envs[0]["MASTER_PORT"] == "1234" and envs[0]["GLOO_SOCKET_IFNAME"] == "lo"
 
 
+def test_horovod_binds_gloo_to_the_ranks_interface():
+    """Horovod's Gloo reads HOROVOD_GLOO_IFACE only: across nodes it follows GLOO_SOCKET_IFNAME (fabric or --env)."""
+
+    def context(line: str, nodes: int, procs: int) -> RunContext:
+        spec = resolve(parse_args(f"{line} -N {nodes} -n {procs}"), RunDefaults())
+        return RunContext(spec, build_layout(nodes, procs, ("10.0.0.2", "10.0.0.3"), master_port=29500), "gloo")
+
+    envs = rank_environments(context("-f horovod", 2, 1), frameworks.get("horovod"), {0: {"GLOO_SOCKET_IFNAME": "eth0"},
+                                                                                       1: {"GLOO_SOCKET_IFNAME": "ib0"}})
+    assert [envs[r]["HOROVOD_GLOO_IFACE"] for r in (0, 1)] == ["eth0", "ib0"]
+    user = rank_environments(context("-f horovod --env GLOO_SOCKET_IFNAME==bond0", 2, 1), frameworks.get("horovod"),
+                             {0: {"GLOO_SOCKET_IFNAME": "eth0"}})
+    assert user[0]["HOROVOD_GLOO_IFACE"] == "bond0"
+    listed = rank_environments(context("-f horovod --env GLOO_SOCKET_IFNAME=eth0,eth1", 2, 1), frameworks.get("horovod"), {})
+    assert "HOROVOD_GLOO_IFACE" not in listed[0]  # not one name: Horovod's own choice
+    assert "HOROVOD_GLOO_IFACE" not in rank_environments(context("-f pytorch", 2, 1), frameworks.get("pytorch"),
+                                                         {0: {"GLOO_SOCKET_IFNAME": "eth0"}})[0]
+
+
 def test_no_leak_when_framework_changes(monkeypatch):
     monkeypatch.setattr(engine, "_state", {"rank": 0, "saved": {}})
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # inherited by the engine
