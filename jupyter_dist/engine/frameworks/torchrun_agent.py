@@ -222,7 +222,9 @@ def worker_main(argv: list[str]) -> None:
     script, *args = argv
     try:
         run_script(script, args)
+        _destroy_group()
     except SystemExit:
+        _destroy_group()
         raise
     except BaseException as e:
         te = traceback.TracebackException.from_exception(e)
@@ -238,6 +240,16 @@ def worker_main(argv: list[str]) -> None:
         handler.record_exception(e)
         _trim_error_file(handler._get_error_file_path(), shown)
         sys.exit(1)
+
+
+def _destroy_group() -> None:
+    """The script's process group destroyed before the worker exits, as torch asks: left to the
+    interpreter's exit, gloo's threads were torn down mid-exit now and then on a loaded machine
+    ("terminate called without an active exception", SIGABRT, and the agents' exit barrier failing)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
 
 
 def _trim_error_file(path: str | None, shown: str) -> None:
