@@ -220,6 +220,9 @@ def worker_main(argv: list[str]) -> None:
     """In a torchrun worker: run the script as `__main__`; on an error, show its traceback from
     the script's own frames on, and leave it in torchrun's error file for the agent."""
     script, *args = argv
+    for stream in (sys.stdout, sys.stderr):  # one write per line: torchrun's tee reads the files by line,
+        with contextlib.suppress(AttributeError, ValueError):  # and a line written in pieces came out split
+            stream.reconfigure(line_buffering=True, write_through=False)
     try:
         run_script(script, args)
         _destroy_group()
