@@ -17,6 +17,7 @@ import textwrap
 import time
 
 import pytest
+from lightning_cells import LIGHTNING_FIT
 from slurm_cluster import WHERE, module_cluster
 
 import jupyter_dist
@@ -115,57 +116,31 @@ got = dict(view=(ds_dist.get_rank(), ds_dist.get_world_size(), engine.dp_world_s
 """
 
 
-def master_at_node_0(got, nodes) -> None:
+def replicas_agree_meeting_at_node_0(got, nodes, view_of) -> None:
+    """Each rank's MASTER_ADDR, NODE_RANK and Gloo interface; its `view` as `view_of(rank)`; its
+    parameters equal to rank 0's (data parallel kept the replicas identical)."""
     for r, g in enumerate(got):
         env = g["where"]["env"]
         assert env["MASTER_ADDR"] == nodes.addrs[0] and env["NODE_RANK"] == str(r), (r, env)
         assert env["GLOO_SOCKET_IFNAME"] == "eth0", (r, env)  # the interface toward node 0, found on the node
+        assert g["view"] == view_of(r), g
+        assert same(g["params"], got[0]["params"])
 
 
 def test_deepspeed_across_two_nodes(run, nodes):
     pytest.importorskip("deepspeed")
     got = run("-f deepspeed --timeout 300", DEEPSPEED)
-    master_at_node_0(got, nodes)
-    for r, g in enumerate(got):
-        assert g["view"] == (r, 2, 2, 1), g
-        assert same(g["params"], got[0]["params"])  # data parallel: the replicas agree
+    replicas_agree_meeting_at_node_0(got, nodes, lambda r: (r, 2, 2, 1))
 
 
-LIGHTNING = """
-import warnings
-warnings.filterwarnings("ignore")
-import torch
-import lightning as L
-
-class Tiny(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Linear(4, 1)
-    def training_step(self, batch, _):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-torch.manual_seed(0)
-model = Tiny()
-trainer = L.Trainer(accelerator="cpu", strategy="ddp", devices=1, num_nodes=2, max_steps=2, logger=False,
-                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-x = torch.randn(16, 4, generator=torch.Generator().manual_seed(trainer.global_rank))
-trainer.fit(model, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4))
-got = dict(view=(trainer.global_rank, trainer.node_rank, trainer.world_size, trainer.global_step,
-                 type(trainer.strategy.cluster_environment).__name__),
-           params=torch.cat([p.detach().flatten() for p in model.parameters()]))
-"""
+LIGHTNING = LIGHTNING_FIT + "view, params = fit(devices=1, num_nodes=2)\ngot = dict(view=view, params=params)\n"
 
 
 def test_lightning_across_two_nodes(run, nodes):
     pytest.importorskip("lightning")
     got = run("-f lightning --timeout 240", LIGHTNING)
-    master_at_node_0(got, nodes)
-    for r, g in enumerate(got):
-        assert g["view"] == (r, r, 2, 2, "RunEnvironment"), g  # the run's environment, not Slurm's or MPI's
-        assert same(g["params"], got[0]["params"])  # DDP kept the replicas identical
+    # (global rank, node rank, local rank, world, steps, cluster environment): the run's, not Slurm's or MPI's
+    replicas_agree_meeting_at_node_0(got, nodes, lambda r: (r, r, 0, 2, 3, "RunEnvironment"))
 
 
 HUGGINGFACE = """
@@ -196,10 +171,7 @@ got = dict(view=(args.process_index, args.world_size, trainer.state.global_step,
 def test_huggingface_across_two_nodes(run, nodes):
     pytest.importorskip("transformers")
     got = run("-f huggingface --env HF_HUB_OFFLINE=1 --env TRANSFORMERS_VERBOSITY=error --timeout 240", HUGGINGFACE)
-    master_at_node_0(got, nodes)
-    for r, g in enumerate(got):
-        assert g["view"] == (r, 2, 2, "ParallelMode.DISTRIBUTED"), g
-        assert same(g["params"], got[0]["params"])  # DDP: the replicas agree
+    replicas_agree_meeting_at_node_0(got, nodes, lambda r: (r, 2, 2, "ParallelMode.DISTRIBUTED"))
 
 
 def test_tensorflow_across_two_nodes(run, nodes):
