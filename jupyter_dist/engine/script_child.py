@@ -1,6 +1,7 @@
 """The child process of `%distrun --fresh` (engine.script_fresh): `python -m` this, script, args.
 
-Sets torch's step hooks when torch is imported (engine.metrics sends the counted steps as metric
+Records its torch.distributed collectives for the engine to ask (engine.worker_collectives), sets
+torch's step hooks when torch is imported (engine.metrics sends the counted steps as metric
 lines, flushed at exit) and, on rank 0, `input()` asking the notebook (engine.stdin_relay), then runs
 the script as `__main__`; `SystemExit` ends the process as usual.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 
-from jupyter_dist.engine import metrics, stdin_relay
+from jupyter_dist.engine import metrics, stdin_relay, worker_collectives
 from jupyter_dist.engine.frameworks.patch import when_imported
 from jupyter_dist.engine.script import run_script
 
@@ -22,6 +23,7 @@ def _hook_torch(torch: ModuleType) -> None:
 def main(argv: list[str]) -> None:
     script, *args = argv
     when_imported("torch", _hook_torch)
+    worker_collectives.serve()  # its collectives recorded, and answered for on the engine's asking
     stdin_relay.install_in_child()
     run_script(script, args)
 

@@ -20,7 +20,7 @@ from functools import partial
 from typing import IO, Any
 
 from jupyter_dist.common.process_group import read_lines, stop_group
-from jupyter_dist.engine import script_input, stdin_relay, workers
+from jupyter_dist.engine import script_input, stdin_relay, worker_collectives, workers
 
 CHILD = "jupyter_dist.engine.script_child"  # run as `-m`: step hooks, then the script as __main__
 STOP_GRACE_S = 5.0
@@ -39,8 +39,9 @@ def child_env(env: dict[str, str] | os._Environ[str], asks: bool = False) -> dic
 def run(path: str, args: list[str]) -> int:
     """Run the script in a child process; its exit status (negative: the signal that ended it)."""
     asks = script_input.my_rank() == 0
+    env = {**child_env(os.environ, asks), **worker_collectives.env_for_workers()}  # it answers for its collectives
     proc = subprocess.Popen(command(path, args), stdin=subprocess.PIPE if asks else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(os.environ, asks),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             start_new_session=True)
     workers.watch(proc.pid, CHILD)  # its resources and stacks are the rank's (engine/workers.py)
     try:

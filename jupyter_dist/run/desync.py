@@ -96,3 +96,22 @@ def desync_lines(collectives: Mapping[int, Record], stacks: Mapping[int, Any] | 
         else:
             lines.append(f"rank {r} is behind, in {describe(rec)} while others are in #{target['seq']}{at}")
     return lines
+
+
+def records_by_rank(answers: Mapping[int, Any]) -> dict[int, Record]:
+    """Each rank's record, its worker's in place of its engine's: an engine that waits on workers
+    (--fresh's child, torchrun's workers) answers with theirs under "workers", each with its "rank"
+    (None: the answering engine's own; engine/collectives.py). A worker's record wins over the engine
+    of the same rank (torchrun: rank 1's engine is idle while node 0's engine runs its worker); a
+    worker that did not answer leaves its rank out (said as not answering)."""
+    own: dict[int, Record] = {}
+    from_workers: dict[int, Record | None] = {}
+    for rank, answer in answers.items():
+        if not isinstance(answer, Mapping):
+            continue
+        own[rank] = {k: v for k, v in answer.items() if k != "workers"}
+        for worker in answer.get("workers") or ():
+            r = rank if worker.get("rank") is None else int(worker["rank"])
+            from_workers[r] = None if "error" in worker else worker
+    merged = {**own, **from_workers}
+    return {r: rec for r, rec in merged.items() if rec is not None}

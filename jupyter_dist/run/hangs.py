@@ -27,6 +27,7 @@ from jupyter_dist.cluster.engines import EngineCluster
 from jupyter_dist.common.hosts import is_local_host
 from jupyter_dist.plan.settings import settings
 from jupyter_dist.run import failures, stacks
+from jupyter_dist.run.desync import desync_lines, records_by_rank
 
 ASK_S = 1.0  # how long a rank's agent gets to answer; one that does not holds the GIL in native code
 PY_SPY_S = 2.5  # how long py-spy may take to read one process (both tries)
@@ -44,6 +45,8 @@ class Snapshot:
 
     answers: Answers
     native: dict[int, list[str]] = field(default_factory=dict)
+    collectives: dict[int, Any] = field(default_factory=dict)  # rank -> its record (its worker's too)
+    world: tuple[int, ...] = ()
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def wait_native(self, timeout: float = PY_SPY_S + 0.5) -> None:
@@ -53,9 +56,11 @@ class Snapshot:
             t.join(max(0.0, end - time.monotonic()))
 
     def lines(self) -> list[str]:
-        """Every rank's stack: ranks that stand in the same place together; native stacks after."""
+        """Which collective each rank is in where they differ, then every rank's stack: ranks that
+        stand in the same place together; native stacks after."""
         groups = stacks.group(self.answers.results)
-        lines = stacks.render(groups, {r: why for r, why in self.answers.missing.items() if r not in self.native})
+        lines = desync_lines(self.collectives, self.answers.results, self.world) if self.collectives else []
+        lines += stacks.render(groups, {r: why for r, why in self.answers.missing.items() if r not in self.native})
         for rank in sorted(self.native):
             lines.append(f"rank {rank}: its Python did not answer ({self.answers.missing.get(rank, '')}); "
                          "native stack (py-spy):")
@@ -67,11 +72,17 @@ class Snapshot:
 
 
 def snapshot(cluster: EngineCluster, ranks: Iterable[int]) -> Snapshot:
-    """The ranks' stacks from their agents; py-spy starts at once on those that did not answer."""
-    answers = cluster.agents.ask("stacks", list(ranks), timeout=ASK_S)
+    """The ranks' stacks and collectives from their agents; py-spy starts at once on those that did not answer."""
+    ranks = list(ranks)
+    got: dict[str, Any] = {}
+    asking = threading.Thread(target=lambda: got.update(c=cluster.agents.ask("collectives", ranks, timeout=ASK_S)),
+                              daemon=True)  # beside the stacks, not after them
+    asking.start()
+    answers = cluster.agents.ask("stacks", ranks, timeout=ASK_S)
     answers.results = stacks.by_rank(answers.results)  # a worker's stack as its rank's (--fresh, torchrun)
     answers.missing = {r: why for r, why in answers.missing.items() if r not in answers.results}
-    snap = Snapshot(answers)
+    asking.join(ASK_S + 1.0)
+    snap = Snapshot(answers, collectives=records_by_rank(got["c"].results) if "c" in got else {}, world=tuple(ranks))
     for rank in sorted(answers.missing):
         engine = cluster.engines[rank] if rank < len(cluster.engines) else None
         if engine is None or not is_local_host(engine.host):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_dist.cluster.agents import RankAgents
-from jupyter_dist.run.desync import desync_lines
+from jupyter_dist.run.desync import desync_lines, records_by_rank
 from jupyter_dist.run.stacks import by_rank, group, headline, is_library, main_frames, render
 
 
@@ -69,7 +69,7 @@ def take(agents: RankAgents, ranks: Iterable[int] | None = None, timeout: float 
     return StacksReport(
         taken=time.time(),
         stacks=by,
-        collectives=dict(collectives.results) if collectives is not None else {},
+        collectives=records_by_rank(collectives.results) if collectives is not None else {},  # workers' too
         missing={r: why for r, why in stacks.missing.items() if r not in by},
         took=time.monotonic() - t0,
         world=tuple(wanted),

@@ -103,3 +103,49 @@ def test_a_timeout_report_shows_the_torchrun_workers_stacks(shell, capsys):
     with capsys.disabled():
         print(f"\n{text}")
     assert "ranks 0,1: time.sleep at <cell>:3" in text
+
+
+# the collectives of the workers (engine/worker_collectives.py): rank 1 in broadcast #3, rank 0 in
+# all_reduce #3 (gloo); a straggler that never reaches all_reduce #2
+GROUP = "import os, time, torch, torch.distributed as dist\ndist.init_process_group('gloo')\nt = torch.ones(4)\n"
+MISMATCH = GROUP + ("for _ in range(2):\n    dist.all_reduce(t)\n"
+                    "if dist.get_rank() == 1:\n    dist.broadcast(t, 0)\nelse:\n    dist.all_reduce(t)\n")
+STRAGGLER = GROUP + ("dist.all_reduce(t)\nif dist.get_rank() == 1:\n    time.sleep(8)\ndist.all_reduce(t)\n"
+                     "dist.destroy_process_group()\n")
+MISMATCH_LINE = "rank 0 is in all_reduce #3 (4 floats); rank 1 is in broadcast #3 (4 floats)"
+
+
+def timeout_text(shell, capsys, flags: str, cell: str | None) -> str:
+    with pytest.raises(RunTimeout) as err:
+        shell.run_cell_magic("distrun", flags, cell) if cell is not None else shell.run_line_magic("distrun", flags)
+    STORE.update(timeout=None)
+    text = str(err.value) + "\n" + "\n".join(err.value.report)
+    with capsys.disabled():
+        print(f"\n{flags}:\n{text}")
+    return text
+
+
+def test_a_torchrun_timeout_names_the_workers_mismatched_collectives(shell, capsys):
+    assert MISMATCH_LINE in timeout_text(shell, capsys, "-f torchrun -N 1 -n 2 --timeout 15", MISMATCH)
+
+
+def test_a_fresh_timeout_names_the_childrens_mismatched_collectives(shell, capsys, tmp_path):
+    script = tmp_path / "mismatch.py"
+    script.write_text(MISMATCH)
+    assert MISMATCH_LINE in timeout_text(shell, capsys, f"-f pytorch -N 1 -n 2 --timeout 15 --fresh {script}", None)
+
+
+def test_a_torchrun_worker_that_never_reached_the_collective_is_the_straggler(distrun, shell, capsys):
+    def waiting(report) -> bool:
+        c = report.collectives
+        return bool(c.get(0, {}).get("in_flight")) and not c.get(1, {}).get("in_flight") and bool(c.get(1))
+
+    report, at = stacks_while(lambda: distrun("-f torchrun -N 1 -n 2 --timeout 120", STRAGGLER), waiting)
+    assert report is not None, "no report showed rank 0 waiting for rank 1"
+    lines = report.collective_lines()
+    with capsys.disabled():
+        print(f"\ntorchrun straggler, {at:.1f} s after the start (asked in {report.took * 1000:.0f} ms):\n"
+              + "\n".join(lines))
+    assert lines[0] == "rank 0 is in all_reduce #2 (4 floats)"
+    assert lines[1] == ("rank 1 never reached all_reduce #2 (its last: all_reduce #1 (4 floats)); "
+                        "it is at time.sleep at <cell>:6: the straggler")

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from jupyter_dist.common.channel import relabel
 from jupyter_dist.common.process_group import own_group, read_lines, stop_group
-from jupyter_dist.engine import workers
+from jupyter_dist.engine import worker_collectives, workers
 from jupyter_dist.engine.frameworks.torchrun_command import AGENT, CELL_SCRIPT, ROLE, torchrun_command
 from jupyter_dist.engine.script import run_script
 
@@ -81,7 +81,8 @@ def run(plan: dict[str, Any], cell: str | None) -> None:
             f.write(cell or "")
     log_dir = os.path.join(work, "logs")
     cmd = torchrun_command(plan, node, script, python=sys.executable, log_dir=log_dir)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=worker_env(os.environ),
+    env = {**worker_env(os.environ), **worker_collectives.env_for_workers()}  # workers answer for their collectives
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             **own_group())  # a group of its own (to stop it whole), in this session
     echo = Echo(node * procs)
     workers.watch(proc.pid, AGENT)  # its workers' resources and stacks are their ranks' (engine/workers.py)
@@ -220,6 +221,7 @@ def worker_main(argv: list[str]) -> None:
     """In a torchrun worker: run the script as `__main__`; on an error, show its traceback from
     the script's own frames on, and leave it in torchrun's error file for the agent."""
     script, *args = argv
+    worker_collectives.serve()  # its collectives recorded, and answered for on its engine's asking
     for stream in (sys.stdout, sys.stderr):  # one write per line: torchrun's tee reads the files by line,
         with contextlib.suppress(AttributeError, ValueError):  # and a line written in pieces came out split
             stream.reconfigure(line_buffering=True, write_through=False)
