@@ -30,6 +30,7 @@ from jupyter_dist.run import failures, stacks
 from jupyter_dist.run.desync import desync_lines, records_by_rank
 
 ASK_S = 1.0  # how long a rank's agent gets to answer; one that does not holds the GIL in native code
+INTERRUPT_ASK_S = 0.5  # an interrupt asks the ranks for their collectives only, this long
 PY_SPY_S = 2.5  # how long py-spy may take to read one process (both tries)
 REPORT_WAIT_S = 1.5  # how long a --timeout's report waits for the released ranks to stop (then: stopping.py)
 STILL_STOPPING_OUTPUT_S = 0.5  # the output wait of a run with ranks still stopping (theirs never completes)
@@ -187,3 +188,20 @@ def output_wait(errors: Iterable[Any]) -> float:
     if any(isinstance(e, StillStopping) for e in errors):
         return STILL_STOPPING_OUTPUT_S
     return 3.0 if any(failures.is_engine_death(e) for e in errors) else settings().output_wait
+
+
+def at_interrupt(cluster: EngineCluster | None, running: Iterable[int]) -> list[str]:
+    """On an interrupt, before the ranks are stopped: print (and return) which collective each running
+    rank was in (their workers' too), where some was in one. The collectives only, within
+    INTERRUPT_ASK_S: the user asked to stop; the stacks stay `%dist stacks`' (they take longer)."""
+    ranks = list(running)
+    if cluster is None or not ranks or not cluster.agents.addresses:
+        return []
+    try:
+        answers = cluster.agents.ask("collectives", ranks, timeout=INTERRUPT_ASK_S)
+    except Exception:  # noqa: BLE001 - an interrupt must stop the ranks whatever the asking met
+        return []
+    lines = desync_lines(records_by_rank(answers.results), None, ranks)
+    if lines:
+        print("\n".join(["jupyter-dist: at the interrupt, the ranks' collectives:", *lines]), flush=True)
+    return lines

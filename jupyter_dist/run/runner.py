@@ -203,6 +203,7 @@ class Runner:
                 if deadline is not None and now > deadline:
                     self._on_timeout(ar, by_child, ex, sink, logs)
         except KeyboardInterrupt:
+            hangs.at_interrupt(self.cluster, [st.place.rank for _, st in by_child if not st.done])
             self._stop_all(ar, by_child, sink, logs)
             raise
 

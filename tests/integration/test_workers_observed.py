@@ -5,6 +5,8 @@ holds 400 MiB more shows it). Times are printed, never asserted."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -149,3 +151,29 @@ def test_a_torchrun_worker_that_never_reached_the_collective_is_the_straggler(di
     assert lines[0] == "rank 0 is in all_reduce #2 (4 floats)"
     assert lines[1] == ("rank 1 never reached all_reduce #2 (its last: all_reduce #1 (4 floats)); "
                         "it is at time.sleep at <cell>:6: the straggler")
+
+
+def test_an_interrupt_names_the_workers_mismatched_collectives(shell, capsys):
+    """The kernel interrupted (SIGINT to this process, as the kernel's interrupt is) once both torchrun
+    workers stand in their collectives: the lines come before the ranks are stopped."""
+    def interrupt_when_stuck() -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            agents = session().cluster.agents if session().cluster is not None else None
+            if agents is not None and agents.addresses:
+                c = take(agents, timeout=2.0).collectives
+                if all(c.get(r, {}).get("in_flight") for r in (0, 1)):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+            time.sleep(0.3)
+
+    asker = threading.Thread(target=interrupt_when_stuck, daemon=True)
+    asker.start()
+    with pytest.raises(KeyboardInterrupt):
+        shell.run_cell_magic("distrun", "-f torchrun -N 1 -n 2 --timeout 120", MISMATCH)
+    STORE.update(timeout=None)
+    asker.join(5)
+    out = capsys.readouterr().out
+    with capsys.disabled():
+        print("\n" + "\n".join(line for line in out.splitlines() if "collective" in line or "rank" in line[:8]))
+    assert f"jupyter-dist: at the interrupt, the ranks' collectives:\n{MISMATCH_LINE}" in out
