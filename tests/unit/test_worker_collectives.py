@@ -15,8 +15,9 @@ from jupyter_dist.engine import worker_collectives
 from jupyter_dist.run.desync import desync_lines, records_by_rank
 
 CHILD = ("import time\nfrom jupyter_dist.engine import collective_record, worker_collectives\n"
-         "print(worker_collectives.serve(), flush=True)\n"
+         "path = worker_collectives.serve()\n"
          "collective_record._begin('broadcast', (), {})\n"
+         "print(path, flush=True)\n"
          "time.sleep(60)\n")
 
 
