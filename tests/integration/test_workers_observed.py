@@ -1,7 +1,8 @@
 """The workers of -f torchrun and of --fresh observed as their ranks, on real engines (one 1x2 cluster for
 the module): `%dist stacks`' report and a --timeout report show the worker's stack (py-spy, from
 outside), not the engine waiting on its pipes; each rank's resources are its worker's (a worker that
-holds 400 MiB more shows it). Times are printed, never asserted."""
+holds 400 MiB more shows it); their collectives are the ranks' too (a mismatch named on --timeout, on
+an interrupt; a straggler on demand). Times are printed, never asserted."""
 
 from __future__ import annotations
 
