@@ -138,8 +138,11 @@ def print_threads(per_kind: dict[str, list[dict[str, tuple[float, float]]]]) -> 
 
 
 def start_busy(k: int) -> list[subprocess.Popen]:
-    """K processes that spin for the whole measurement (the issue's "two more busy processes")."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(k)]
+    """K processes that spin for the whole measurement (the issue's "two more busy processes"), each in a
+    session of its own, as another user's process is: the scheduler shares CPU between sessions first
+    (autogroups), and spinners in this script's session would take their CPU from torchrun's workers
+    only (torchrun runs in this session; the kernel and its engines in another)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(k)]
 
 
 def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, float, float, dict]:

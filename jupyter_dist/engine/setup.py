@@ -154,12 +154,16 @@ def _flush_until_sent(stream: Any) -> None:
     queued after it, but the flush itself queues the send behind that event: `flush()` returned before
     the line reached zmq, and a rank killed right then (a segfault after `print(..., flush=True)`) lost
     its last line about one time in six (tests/faults/test_faults.py). One more event queued after the
-    send closes that gap: one round trip to the I/O thread per explicit flush (the 20 ms timer's flushes
-    do not pass here)."""
+    send closes that gap: one round trip to the I/O thread per explicit flush of written text (the 20 ms
+    timer's flushes do not pass here)."""
     flush = stream.flush
 
     def flush_sent() -> None:
+        pending = getattr(stream, "_buffers", None)  # ipykernel's text not yet sent, by parent message
+        wrote = pending is None or any(b.tell() for b in list(pending.values()))
         flush()
+        if not wrote:  # nothing to wait for (ipykernel flushes after every cell)
+            return
         pub = getattr(stream, "pub_thread", None)
         thread = getattr(pub, "thread", None)
         if pub is None or thread is None or not thread.is_alive() or thread.ident == threading.get_ident():
