@@ -2,6 +2,7 @@
 script under torchrun, in the same run.
 
     .venv/bin/python benchmarks/ddp_throughput.py [--nproc 4] [--steps 1000] [--repeats 6] [--ab] [--observe]
+        [--busy K]
 
 The script (written to a temporary directory) trains a small MLP with DDP over gloo, calls
 `jupyter_dist.report(step, samples, loss)` every step, and prints its own samples/s measured
@@ -14,6 +15,8 @@ with the ratio of the medians and of the bests beside it.
 Prints the ratio (goal >= 0.98) and each variant's CPU time per step of a rank (process, main
 thread): the same CPU at a lower rate means the ranks waited for a core. Asserts nothing.
 `--observe` measures the cost of seeing every rank instead (see `observe`; benchmarks/README.md).
+`--busy K` keeps K processes spinning for the whole measurement. Each run's ranks also report every
+thread's CPU and wakeups per second over the measured window (`/proc/self/task`), printed per variant.
 """
 
 from __future__ import annotations
@@ -34,10 +37,26 @@ from jupyter_dist.common.ports import free_ports
 
 TRAIN = textwrap.dedent(
     """
-    import os, sys, time
+    import json, os, sys, time
     import torch, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     import jupyter_dist
+
+    def threads():  # each thread: name/tid -> (CPU ns, voluntary switches: times it slept and was woken)
+        got = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    stat = f.read()
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    run_ns = int(f.read().split()[0])
+                with open(f"/proc/self/task/{tid}/status") as f:
+                    woke = int(next(x for x in f if x.startswith("voluntary_ctxt")).split()[1])
+            except (OSError, StopIteration):
+                continue
+            name = "main" if int(tid) == os.getpid() else stat[stat.index("(") + 1:stat.rindex(")")]
+            got[f"{name}/{tid}"] = (run_ns, woke)
+        return got
 
     steps, warmup, batch, width = (int(a) for a in sys.argv[1:5])
     dist.init_process_group("gloo", init_method="env://")
@@ -53,6 +72,7 @@ TRAIN = textwrap.dedent(
             dist.barrier()
             t0 = time.perf_counter()
             c0, m0 = time.process_time(), time.thread_time()  # CPU of the process, of this thread
+            th0 = threads()
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -61,7 +81,15 @@ TRAIN = textwrap.dedent(
     dist.barrier()
     elapsed = time.perf_counter() - t0
     cpu, main = (time.process_time() - c0) / steps * 1e3, (time.thread_time() - m0) / steps * 1e3
+    th1 = threads()
+    per = {}  # thread name -> [CPU ms per s, wakeups per s], threads of one name summed
+    for key, (ns, woke) in th1.items():
+        ns0, woke0 = th0.get(key, (0, 0))
+        acc = per.setdefault(key.split("/")[0], [0.0, 0.0])
+        acc[0] += (ns - ns0) / 1e6 / elapsed
+        acc[1] += (woke - woke0) / elapsed
     print(f"RATE {rank} {steps * batch / elapsed:.3f} {cpu:.3f} {main:.3f}", flush=True)
+    print("THREADS", rank, json.dumps(per), flush=True)
     """
 )
 TEXT_SINK = ("import jupyter_dist; from jupyter_dist.views.live_output import text_sink; "
@@ -69,6 +97,7 @@ TEXT_SINK = ("import jupyter_dist; from jupyter_dist.views.live_output import te
 LIVE_SINK = ("import jupyter_dist; from jupyter_dist.views.live_output import default_sink; "
              "jupyter_dist.get_session().runner.sink_factory = default_sink")
 RATE = re.compile(r"RATE (\d+) ([0-9.]+) ([0-9.]+) ([0-9.]+)")
+THREADS = re.compile(r"THREADS \d+ (\{.*\})")
 SWITCH = "JUPYTER_DIST_OBSERVE"  # engine/resources.py: "0" turns the sampling and the collective records off
 OBSERVE = ("import os, jupyter_dist; from jupyter_dist.views.live_output import default_sink; "
            "jupyter_dist.get_session().runner.sink_factory = default_sink; os.environ['" + SWITCH + "'] = '{on}'")
@@ -88,7 +117,35 @@ def parse(text: str, nproc: int) -> tuple[float, float, float]:
     return sum(v[0] for v in vals), statistics.fmean(v[1] for v in vals), statistics.fmean(v[2] for v in vals)
 
 
-def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, float, float]:
+def threads_of(text: str) -> dict[str, tuple[float, float]]:
+    """Thread name -> (CPU ms per s, wakeups per s) of a rank's process, mean over the ranks' THREADS lines."""
+    ranks = [json.loads(j) for j in THREADS.findall(text)]
+    names = {n for r in ranks for n in r}
+    return {n: (statistics.fmean(r.get(n, [0, 0])[0] for r in ranks),
+                statistics.fmean(r.get(n, [0, 0])[1] for r in ranks)) for n in names}
+
+
+def print_threads(per_kind: dict[str, list[dict[str, tuple[float, float]]]]) -> None:
+    """Each thread name's CPU and wakeups per second in a rank (median over the runs), per variant."""
+    kinds = [k for k, runs in per_kind.items() if runs]
+    names = sorted({n for k in kinds for run in per_kind[k] for n in run},
+                   key=lambda n: -max(statistics.median(r.get(n, (0, 0))[0] for r in per_kind[k]) for k in kinds))
+    print("threads of a rank's process: CPU ms/s, wakeups/s (median of runs; " + " | ".join(kinds) + ")")
+    for n in names:
+        cols = [(statistics.median(r.get(n, (0, 0))[0] for r in per_kind[k]),
+                 statistics.median(r.get(n, (0, 0))[1] for r in per_kind[k])) for k in kinds]
+        print(f"  {n:18s} " + " | ".join(f"{c:7.1f} ms/s {w:7.1f}/s" for c, w in cols))
+
+
+def start_busy(k: int) -> list[subprocess.Popen]:
+    """K processes that spin for the whole measurement (the issue's "two more busy processes"), each in a
+    session of its own, as another user's process is: the scheduler shares CPU between sessions first
+    (autogroups), and spinners in this script's session would take their CPU from torchrun's workers
+    only (torchrun runs in this session; the kernel and its engines in another)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(k)]
+
+
+def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, float, float, dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_DIST_")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
            "--master_port", str(free_ports(1)[0]), str(script), *args]  # a fixed port can still be held
@@ -102,7 +159,7 @@ def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, floa
               flush=True)
     else:
         raise RuntimeError(f"torchrun failed twice ({out.returncode}):\n{out.stderr[-3000:]}")
-    return parse(out.stdout, nproc)
+    return (*parse(out.stdout, nproc), threads_of(out.stdout))
 
 
 def cost_of(text: str) -> tuple[dict[int, tuple[float, float]], float, float]:
@@ -182,10 +239,19 @@ def main() -> None:
     ap.add_argument("--observe", action="store_true",
                     help=f"instead of torchrun: %%distrun with {SWITCH}=0 (no resource sampling, no collective "
                          "records) against the same with them on, and their CPU cost")
+    ap.add_argument("--busy", type=int, default=0, help="K processes spinning on the machine for the whole run")
     args = ap.parse_args()
-    if args.observe:
-        observe(args)
-        return
+    busy = start_busy(args.busy)
+    try:
+        observe(args) if args.observe else compare(args)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
+def compare(args: argparse.Namespace) -> None:
+    """%distrun against torchrun, paired rounds."""
     os.environ.setdefault("JUPYTER_DIST_DIR", str(Path(__file__).resolve().parent.parent / "test-artifacts" / "state"))
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "train.py"
@@ -199,6 +265,7 @@ def main() -> None:
             kernel.run(line)  # starts the engines and imports torch there: not measured
             rates: dict[str, list[float]] = {"torchrun": [], "live": [], "text": []}
             cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in rates}
+            per_thread: dict[str, list[dict[str, tuple[float, float]]]] = {k: [] for k in rates}
             loads: list[float] = []
             kinds = ["torchrun", "live", "text"] if args.ab else ["torchrun", "live"]
             out = ""
@@ -208,22 +275,24 @@ def main() -> None:
                 for kind in order:
                     loads.append(os.getloadavg()[0])
                     if kind == "torchrun":
-                        rate, c, m = run_torchrun(script, targs, args.nproc)
+                        rate, c, m, th = run_torchrun(script, targs, args.nproc)
                     else:
                         kernel.run(LIVE_SINK if kind == "live" else TEXT_SINK)
                         text = kernel.run(line)
                         rate, c, m = parse(text, args.nproc)
+                        th = threads_of(text)
                         if kind == "live":
                             out = text
                     rates[kind].append(rate)
                     cpu[kind].append((c, m))
+                    per_thread[kind].append(th)
             summary = out[out.find("jupyter-dist: run summary"):].splitlines()[:1]
             dist_rates, torchrun_rates, text_rates = rates["live"], rates["torchrun"], rates["text"]
         finally:
             kernel.close()
     best_d, best_t = max(dist_rates), max(torchrun_rates)
     print(f"DDP {args.nproc} ranks, MLP width {args.width}, batch {args.batch}, {args.steps} steps, "
-          f"{os.cpu_count()} cores, load average {min(loads):.1f}-{max(loads):.1f}")
+          f"{os.cpu_count()} cores, {args.busy} busy processes, load average {min(loads):.1f}-{max(loads):.1f}")
     print(f"  torchrun:          {', '.join(f'{r:,.0f}' for r in torchrun_rates)} samples/s")
     print(f"  %distrun (views):  {', '.join(f'{r:,.0f}' for r in dist_rates)} samples/s")
     if text_rates:
@@ -244,6 +313,7 @@ def main() -> None:
             c = statistics.median(x[0] for x in cpu[kind])
             m = statistics.median(x[1] for x in cpu[kind])
             print(f"CPU per step of a rank, {label}: process {c:.2f} ms, main thread {m:.2f} ms (median)")
+    print_threads(per_thread)
 
 
 

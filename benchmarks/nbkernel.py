@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import queue
+import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,45 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 QUIET_S = 0.3
+PROBE_EVERY_S = 0.2  # a probe's short cell every this many seconds while a probed cell runs
+
+
+class Prober(threading.Thread):
+    """Sends `1` to a subshell every PROBE_EVERY_S, each after the last one's reply, and times the
+    replies. It alone uses the shell channel until `stop` (the probed cell's request is sent before)."""
+
+    def __init__(self, kc: Any, subshell: str) -> None:
+        super().__init__(daemon=True)
+        self.kc, self.subshell = kc, subshell
+        self.times: list[float] = []
+        self.ids: set[str] = set()
+        self._done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self._done.wait(PROBE_EVERY_S):
+            msg = self.kc.session.msg("execute_request", {"code": "1", "silent": True, "store_history": False,
+                                                          "user_expressions": {}, "allow_stdin": False,
+                                                          "stop_on_error": False})
+            msg["header"]["subshell_id"] = self.subshell
+            self.ids.add(msg["header"]["msg_id"])
+            t0 = time.perf_counter()
+            self.kc.shell_channel.send(msg)
+            while self.kc.get_shell_msg(timeout=120)["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
+                pass  # the probed cell's own reply
+            self.times.append(time.perf_counter() - t0)
+
+    def stop(self) -> list[float]:
+        self._done.set()
+        self.join(130)
+        return self.times
+
+
+def probe_text(times: list[float]) -> str:
+    """A probed cell's subshell replies: how many, median and worst, in ms."""
+    if not times:
+        return "no probe answered during it"
+    return f"{len(times)} probes, median {statistics.median(times) * 1e3:.0f} ms, worst {max(times) * 1e3:.0f} ms"
 
 
 def kernel_env() -> dict[str, str]:
@@ -42,6 +83,8 @@ class Cell:
     stream_lines: int = 0
     error: str | None = None
     displays: dict[str, str] = field(default_factory=dict)  # text/plain of each display, its last update
+    probes: list[float] = field(default_factory=list)  # seconds a subshell's short cell took, during this one
+    misparented: int = 0  # this cell's messages that arrived with a probe's msg_id as their parent
 
     @property
     def lines(self) -> int:
@@ -64,10 +107,19 @@ class Kernel:
         self.km, self.kc = start_new_kernel(kernel_name="python3", env=env or kernel_env())
         self.started = time.perf_counter() - t0
 
-    def cell(self, code: str, timeout: float = 900, quiet: float = QUIET_S) -> Cell:
+    def subshell(self) -> str:
+        """A new kernel subshell (ipykernel 7): its cells run in a thread of their own while the main
+        shell runs a cell, as the sidebar's requests do."""
+        self.kc.control_channel.send(self.kc.session.msg("create_subshell_request", {}))
+        return self.kc.control_channel.get_msg(timeout=30)["content"]["subshell_id"]
+
+    def cell(self, code: str, timeout: float = 900, quiet: float = QUIET_S, probe: str | None = None) -> Cell:
+        """`probe`: a subshell on which a short cell (`1`) is run every PROBE_EVERY_S while this cell
+        runs; its reply times are the cell's `probes` (how responsive the notebook stays)."""
         t0 = time.perf_counter()
         msg_id = self.kc.execute(code)
         got = Cell(0.0)
+        prober = Prober(self.kc, probe) if probe else None
         last = t0
         idle = False
         while True:
@@ -78,7 +130,11 @@ class Kernel:
                     break
                 raise TimeoutError(f"no message for {timeout} s from: {code[:80]!r}") from None
             kind = msg["msg_type"]
-            mine = msg["parent_header"].get("msg_id") == msg_id
+            parent = msg["parent_header"].get("msg_id")
+            mine = parent == msg_id
+            if prober is not None and parent in prober.ids and kind != "status":
+                got.misparented += 1  # printed by this cell while a probe ran: the kernel gave it the probe's parent
+                mine = True
             if not (mine or kind.startswith("comm")):
                 continue
             last = time.perf_counter()
@@ -94,6 +150,8 @@ class Kernel:
                 got.error = "\n".join(content["traceback"])
             elif kind == "status" and mine and content["execution_state"] == "idle":
                 idle = True
+                if prober is not None:  # its replies' messages would keep the quiet wait from ending
+                    got.probes = prober.stop()
         got.seconds = last - t0
         return got
 

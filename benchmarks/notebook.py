@@ -1,7 +1,7 @@
 """What a notebook user waits for: `%%distrun` against the alternatives, in real Jupyter kernels.
 
     .venv/bin/python benchmarks/notebook.py [--parts dispatch,output,cold,start] [--sizes 4,8]
-        [--lines 1500,15000] [--repeat 20] [--cold-repeat 2] [--start-sizes 4] [--phases]
+        [--lines 1500,15000] [--output-sizes 4,8] [--total 100000] [--output-framework mpi] [--repeat 20] [--cold-repeat 2] [--start-sizes 4] [--phases]
 
 Every figure is a cell sent through `jupyter_client` and timed until the kernel is idle and its last
 iopub message (stream, display, widget comm) has arrived (`nbkernel.py`), beside the alternative in
@@ -9,7 +9,9 @@ the same run, in alternating order. The ipyparallel alternative is an MPI cluste
 (`ipp.Cluster(engines="mpi")`, the venv's `mpiexec`) in the same kernel.
 
 - dispatch: a warm `x = 1` under `%%distrun -f pytorch -N 1 -n N` and `%%px --block` (`--sizes`);
-- output: N=4 ranks each printing L lines (`--lines`) and `%%px --block --stream`;
+- output: N ranks (`--output-sizes`, 4) each printing L lines (`--lines`, and `--total` spread over the ranks)
+  and `%%px --block --stream`; while each burst runs, a short cell on a kernel subshell every 0.2 s (how
+  responsive the notebook stays); `--output-framework mpi` for light engines at 16-32 ranks;
 - cold: a fresh kernel to the first all-reduce result (4 ranks) and `torchrun --nproc_per_node 4` cold;
 - start: engines started and a first `x = 1` (`%dist stop` before each; `-f pytorch`, whose set-up
   imports torch on every rank, and `-f mpi`) and ipyparallel's own MPI cluster started and a first
@@ -31,7 +33,7 @@ import tempfile
 import time
 from functools import partial
 
-from nbkernel import Cell, Kernel, alternate, kernel_env
+from nbkernel import Cell, Kernel, alternate, kernel_env, probe_text
 from phases import CLEAR, INSTALL, TAKE, table
 
 from jupyter_dist.common.ports import free_ports
@@ -93,24 +95,30 @@ def dispatch(n: int, repeat: int, phases: bool) -> None:
         k.close()
 
 
-def output(lines: list[int], repeat: int, phases: bool, ranks: int = 4) -> None:
+def output(lines: list[int], repeat: int, phases: bool, ranks: int = 4, framework: str = "pytorch") -> None:
+    """`lines`: per rank. Both paths are probed: a short cell on a kernel subshell every 0.2 s."""
     k = Kernel()
     try:
         k.cell("%load_ext jupyter_dist" + (INSTALL if phases else "")).check()
-        flags = f"-f pytorch -N 1 -n {ranks}"
+        flags = f"-f {framework} -N 1 -n {ranks}"
         k.cell(f"%%distrun {flags}\nx = 1").check()
         k.cell(ipp_start_code(ranks)).check()
+        sub = k.subshell()
         for n in lines:
             if phases:
                 k.cell(CLEAR)
             got: dict[str, list[Cell]] = {"d": [], "p": []}
-            d, p = alternate(partial(run_into, k, f"%%distrun {flags}\n" + BURST.format(n=n), got["d"]),
-                             partial(run_into, k, "%%px_ipp --block --stream\n" + BURST.format(n=n), got["p"]), repeat)
+            d, p = alternate(partial(run_into, k, f"%%distrun {flags}\n" + BURST.format(n=n), got["d"], sub),
+                             partial(run_into, k, "%%px_ipp --block --stream\n" + BURST.format(n=n), got["p"], sub),
+                             repeat)
             cd, cp = got["d"][-1], got["p"][-1]
-            say(f"output, {ranks} ranks x {n:,} lines, median of {repeat}: %%distrun {med(d):.2f} s, "
-                f"%%px --block --stream {med(p):.2f} s, ratio {med(d) / med(p):.1f} "
+            say(f"output, {ranks} ranks x {n:,} lines ({ranks * n:,} in all), median of {repeat}: %%distrun {flags} "
+                f"{med(d):.2f} s, %%px --block --stream {med(p):.2f} s, ratio {med(d) / med(p):.2f} "
                 f"(iopub: {sum(cd.counts.values())} / {sum(cp.counts.values())} messages, "
-                f"{cd.bytes / 1e6:.1f} / {cp.bytes / 1e6:.1f} MB, lines shown {cd.lines} / {cp.lines})")
+                f"{cd.bytes / 1e6:.1f} / {cp.bytes / 1e6:.1f} MB, lines shown {cd.lines} / {cp.lines}; "
+                f"messages under a probe's parent {cd.misparented} / {cp.misparented})")
+            say(f"  a subshell's `1` during the burst: %%distrun {probe_text([t for c in got['d'] for t in c.probes])}; "
+                f"%%px {probe_text([t for c in got['p'] for t in c.probes])}")
             if phases:
                 burst = k.value(TAKE)
                 say(table([{key: v / repeat for key, v in burst.items()}],
@@ -160,8 +168,8 @@ def cold(repeat: int, phases: bool) -> None:
         say(table(runs, "  phases of the first cell (median):"))
 
 
-def run_into(k: Kernel, cell: str, into: list[Cell]) -> float:
-    c = k.cell(cell).check()
+def run_into(k: Kernel, cell: str, into: list[Cell], probe: str | None = None) -> float:
+    c = k.cell(cell, probe=probe).check()
     into.append(c)
     return c.seconds
 
@@ -200,6 +208,11 @@ def main() -> None:
     ap.add_argument("--parts", default="dispatch,output,cold,start")
     ap.add_argument("--sizes", type=ints, default=[4, 8], help="world sizes of `dispatch` (the issue's: 4,8,16,32)")
     ap.add_argument("--lines", type=ints, default=[1500, 15000], help="lines per rank of `output` (more: 25000)")
+    ap.add_argument("--output-sizes", type=ints, default=[4], help="world sizes of `output` (the issue's: 4-32)")
+    ap.add_argument("--total", type=ints, default=[], help="also, for `output`: these many lines in all, spread "
+                    "over the ranks (100000: 12,500 a rank at 8 ranks)")
+    ap.add_argument("--output-framework", default="pytorch", help="-f of `output` (mpi: light engines, no torch; "
+                    "32 ranks of both clusters are 64 engines)")
     ap.add_argument("--start-sizes", type=ints, default=[4], help="world sizes of `start` (the issue's: 32)")
     ap.add_argument("--start-frameworks", default="pytorch,mpi", help="-f of `start` (pytorch imports torch per rank)")
     ap.add_argument("--repeat", type=int, default=20, help="rounds of `dispatch`")
@@ -213,7 +226,9 @@ def main() -> None:
         for n in args.sizes:
             dispatch(n, args.repeat, args.phases)
     if "output" in parts:
-        output(args.lines, args.output_repeat, args.phases)
+        for n in args.output_sizes:
+            output([*args.lines, *(t // n for t in args.total)], args.output_repeat, args.phases, n,
+                   args.output_framework)
     if "cold" in parts:
         cold(args.cold_repeat, args.phases)
     if "start" in parts:

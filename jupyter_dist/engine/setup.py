@@ -11,6 +11,7 @@ import gc
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,7 @@ from jupyter_dist.engine.torch_hooks import sync_torch_threads
 
 _MISSING = object()
 FLUSH_INTERVAL_S = 0.02  # what a rank printed is sent within this (ipykernel: 0.2 s)
+FLUSH_SENT_WAIT_S = 1.0  # the longest an explicit flush waits for its message to be handed to zmq
 
 # rank given by the notebook side; environment keys this package manages and their originals
 _state: dict[str, Any] = {"rank": None, "saved": {}}
@@ -130,6 +132,7 @@ def _flush_before_dying() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "flush_interval"):
             stream.flush_interval = FLUSH_INTERVAL_S
+            _flush_until_sent(stream)
     real_exit = os._exit
 
     def _exit(code: int) -> None:
@@ -142,3 +145,31 @@ def _flush_before_dying() -> None:
         real_exit(code)
 
     os._exit = _exit
+
+
+def _flush_until_sent(stream: Any) -> None:
+    """Make `stream.flush()` return only once its message is on the iopub socket.
+
+    ipykernel's flush from the cell's thread queues the flush on its I/O thread and waits for an event
+    queued after it, but the flush itself queues the send behind that event: `flush()` returned before
+    the line reached zmq, and a rank killed right then (a segfault after `print(..., flush=True)`) lost
+    its last line about one time in six (tests/faults/test_faults.py). One more event queued after the
+    send closes that gap: one round trip to the I/O thread per explicit flush of written text (the 20 ms
+    timer's flushes do not pass here)."""
+    flush = stream.flush
+
+    def flush_sent() -> None:
+        pending = getattr(stream, "_buffers", None)  # ipykernel's text not yet sent, by parent message
+        wrote = pending is None or any(b.tell() for b in list(pending.values()))
+        flush()
+        if not wrote:  # nothing to wait for (ipykernel flushes after every cell)
+            return
+        pub = getattr(stream, "pub_thread", None)
+        thread = getattr(pub, "thread", None)
+        if pub is None or thread is None or not thread.is_alive() or thread.ident == threading.get_ident():
+            return
+        sent = threading.Event()
+        pub.schedule(sent.set)
+        sent.wait(FLUSH_SENT_WAIT_S)
+
+    stream.flush = flush_sent

@@ -106,6 +106,24 @@ def test_rank_dies_hard(distrun, shell, capsys, kill, expect, request):
     assert gone == []  # the dead engine is not left behind
 
 
+def test_a_flush_returns_once_its_line_is_on_the_socket(distrun, shell):
+    """A rank killed right after `print(..., flush=True)` keeps its line only if the flush returned after
+    the send: ipykernel's own flush returned before it (engine/setup.py `_flush_until_sent`)."""
+    distrun(f"{LAYOUT} -o ok", (
+        "import sys\n"
+        "pub = sys.stdout.pub_thread\n"
+        "sent, real = [], pub._really_send\n"
+        "pub._really_send = lambda msg, *a, **k: (sent.append(1), real(msg, *a, **k))\n"
+        "try:\n"
+        "    ok = []\n"
+        "    for i in range(20):\n"
+        "        sent.clear(); print('line', i, flush=True); ok.append(bool(sent))\n"
+        "finally:\n"
+        "    pub._really_send = real\n"
+        "ok = all(ok)"))
+    assert shell.user_ns["ok"] == [True] * 4
+
+
 def test_hang_with_timeout_shows_stacks_and_engines_stay_usable(distrun, shell):
     all_ranks_work(distrun, shell)
     t0 = time.monotonic()
