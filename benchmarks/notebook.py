@@ -8,7 +8,8 @@ iopub message (stream, display, widget comm) has arrived (`nbkernel.py`), beside
 the same run, in alternating order. The ipyparallel alternative is an MPI cluster of the same size
 (`ipp.Cluster(engines="mpi")`, the venv's `mpiexec`) in the same kernel.
 
-- dispatch: a warm `x = 1` under `%%distrun -f pytorch -N 1 -n N` and `%%px --block` (`--sizes`);
+- dispatch: a warm `x = 1` under `%%distrun -f pytorch -N 1 -n N` and `%%px --block` (`--sizes`;
+  `--dispatch-framework mpi`: no torch on the ranks, so that 32 ranks, 64 engines with ipyparallel's, fit);
 - output: N=4 ranks each printing L lines (`--lines`) and `%%px --block --stream`;
 - cold: a fresh kernel to the first all-reduce result (4 ranks) and `torchrun --nproc_per_node 4` cold;
 - start: engines started and a first `x = 1` (`%dist stop` before each; `-f pytorch`, whose set-up
@@ -63,13 +64,13 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def dispatch(n: int, repeat: int, phases: bool) -> None:
+def dispatch(n: int, repeat: int, phases: bool, framework: str = "pytorch") -> None:
     k = Kernel()
     try:
         k.cell("%load_ext jupyter_dist").check()
         if phases:
             k.cell(INSTALL).check()
-        dist = f"%%distrun -f pytorch -N 1 -n {n}\nx = 1"
+        dist = f"%%distrun -f {framework} -N 1 -n {n}\nx = 1"
         px = "%%px_ipp --block\nx = 1"
         d_start = k.cell(dist).check().seconds
         p_start = k.cell(ipp_start_code(n)).check().seconds
@@ -82,7 +83,7 @@ def dispatch(n: int, repeat: int, phases: bool) -> None:
         d, p = alternate(partial(run_into, k, dist, got["d"]), partial(run_into, k, px, got["p"]), repeat)
         warm = k.value(TAKE) if phases else {}
         md, mp = med(d), med(p)
-        say(f"dispatch, warm `x = 1`, {n} ranks, median of {repeat}: %%distrun {md * 1e3:.1f} ms, "
+        say(f"dispatch, warm `x = 1`, {n} ranks, median of {repeat}: %%distrun -f {framework} {md * 1e3:.1f} ms, "
             f"%%px --block {mp * 1e3:.1f} ms, ratio {md / mp:.2f}; iopub messages of a cell "
             f"{sorted(got['d'][-1].counts.items())} / {sorted(got['p'][-1].counts.items())}")
         if phases:
@@ -203,6 +204,8 @@ def main() -> None:
     ap.add_argument("--start-sizes", type=ints, default=[4], help="world sizes of `start` (the issue's: 32)")
     ap.add_argument("--start-frameworks", default="pytorch,mpi", help="-f of `start` (pytorch imports torch per rank)")
     ap.add_argument("--repeat", type=int, default=20, help="rounds of `dispatch`")
+    ap.add_argument("--dispatch-framework", default="pytorch",
+                    help="-f of `dispatch` (mpi: no torch on the ranks; 32 ranks on 2 cores)")
     ap.add_argument("--output-repeat", type=int, default=2)
     ap.add_argument("--cold-repeat", type=int, default=2, help="rounds of `cold` and `start`")
     ap.add_argument("--phases", action="store_true", help="time the phases of a %%distrun cell in the kernel")
@@ -211,7 +214,7 @@ def main() -> None:
     say(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M')}")
     if "dispatch" in parts:
         for n in args.sizes:
-            dispatch(n, args.repeat, args.phases)
+            dispatch(n, args.repeat, args.phases, args.dispatch_framework)
     if "output" in parts:
         output(args.lines, args.output_repeat, args.phases)
     if "cold" in parts:

@@ -26,7 +26,8 @@ PHASES = (
     ("jupyter_dist.run.runner", "Runner", "execute", "execute: cell, output, view"),
     ("ipyparallel.client.view", "DirectView", "execute", "execute:   send the cell"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "__init__", "execute:   view: sink made"),
-    ("jupyter_dist.views.live_output", "LiveTextSink", "start", "execute:   view: widgets made and shown"),
+    ("jupyter_dist.views.live_output", "LiveTextSink", "start", "execute:   view: sink started"),
+    ("jupyter_dist.views.live_output", "LiveTextSink", "_show", "execute:   view: widgets made and shown"),
     ("jupyter_dist.run.runner", "Runner", "_drain", "execute:   output: taken, cut into lines, logged, handed on"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "lines", "execute:     of it, lines into the view's model"),
     ("jupyter_dist.run.output", "RankLogs", "write", "execute:     of it, lines into the log files"),
@@ -48,7 +49,9 @@ def _jd_wrap(mod, owner, name, label):
     target = _il.import_module(mod)
     if owner is not None:
         target = getattr(target, owner)
-    fn = getattr(target, name)
+    fn = getattr(target, name, None)
+    if fn is None:  # a phase of another version of the code
+        return
     if _insp.iscoroutinefunction(fn):
         async def w(*a, **k):
             with _jd_timed(label):

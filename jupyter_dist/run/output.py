@@ -126,6 +126,8 @@ class OutputSink(Protocol):
     def display(self, rank: int, content: dict[str, Any]) -> None: ...
     def result(self, rank: int, content: dict[str, Any]) -> None: ...
     def collected(self, rank: int, item: dict[str, Any]) -> None: ...
+    def tick(self, elapsed: float) -> None: ...  # the run still goes, `elapsed` seconds after it was sent
+    def rank_failed(self, rank: int) -> None: ...  # the rank's cell raised or its engine died
     def finish(self) -> None: ...
 
 
@@ -233,6 +235,12 @@ class TextSink:
         """Data a rank sent (`engine.publish`: {"key", "data"}); metrics are kept for the chart."""
         if item.get("key") == METRICS and isinstance(item.get("data"), dict):
             self.metrics.add(rank, item["data"])
+
+    def tick(self, elapsed: float) -> None:
+        """Called from the notebook's main thread between polls while the run goes; nothing to do here."""
+
+    def rank_failed(self, rank: int) -> None:
+        """Called from the notebook's main thread when a rank's failure is seen; the error comes after."""
 
     def finish(self) -> None:
         sys.stdout.flush()

@@ -33,9 +33,15 @@ class LiveTextSink(TextSink):
     """In a kernel: a live widget while the run goes (all ranks in arrival order, a tab per rank,
     the throughput chart), refreshed by a timer thread; at the end the widget closes and the
     output is printed once, grouped by rank, then the static chart and summary, so a saved
-    notebook reads the same every time."""
+    notebook reads the same every time.
+
+    The widget is shown on the first output (a line, a display, metrics) or once the run outlives
+    SHOW_AFTER_S, not before: a warm cell of 20 ms that prints nothing gets no widget, no display
+    message and no timer threads, and leaves in the notebook what it leaves with one (its
+    transcript: nothing)."""
 
     UPDATE_S = 0.25
+    SHOW_AFTER_S = 0.25  # a quiet run that outlives it shows the view (its status line, the ranks' resources)
     KEEP_LINES_PER_RANK = 1000  # what the saved notebook keeps per rank (the log keeps all)
     LIVE_LINES = 200  # what a live tab shows
     CHART_S = 1.0  # the live chart is redrawn at most this often (and less when drawing is slow)
@@ -60,37 +66,55 @@ class LiveTextSink(TextSink):
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
         super().start(places, shown, logs)
         self.model = OutputModel(self.KEEP_LINES_PER_RANK, self.labels)
-        visible = [p.rank for p in places if self._visible(p.rank)]
-        for r in visible:
+        self._shown_ranks = [p.rank for p in places if self._visible(p.rank)]
+        for r in self._shown_ranks:
             self.model.rank(r)
-        self.view = RunView(visible, "jupyter-dist: live output of the ranks")
+        self.view = None
         self._t0 = time.monotonic()
+
+    def _show(self) -> None:
+        """The live view and its timer threads, once per run (from the main thread: the runner's)."""
+        if self.view is not None or self._stop.is_set():
+            return
+        self.view = RunView(self._shown_ranks, "jupyter-dist: live output of the ranks")
         if self.view.active:
             # text and chart on their own threads: a chart takes 0.1-2 s to draw on a busy machine
             # (the first one imports matplotlib), and the text must keep streaming meanwhile
-            self._threads = [threading.Thread(target=self._tick, name="jupyter-dist-view", daemon=True),
+            self._threads = [threading.Thread(target=self._text_loop, name="jupyter-dist-view", daemon=True),
                              threading.Thread(target=self._chart_loop, name="jupyter-dist-chart", daemon=True)]
             for t in self._threads:
                 t.start()
+
+    def tick(self, elapsed: float) -> None:
+        if self.view is None and elapsed >= self.SHOW_AFTER_S:
+            self._show()
+
+    def rank_failed(self, rank: int) -> None:
+        """A failed run shows the view however fast it failed: a saved notebook's failed cell has the same
+        outputs every time (a quiet run that ends within SHOW_AFTER_S has none, one that outlives it has it)."""
+        self._show()
 
     def lines(self, rank: int, stream: str, lines: list[str]) -> None:
         lines = [line for line in lines if not self.metrics.add_line(rank, line)]
         if not lines or not self._visible(rank):
             return
+        self._show()
         with self._lock:
             self.model.lines(rank, stream, lines)
 
     def display(self, rank: int, content: dict[str, Any]) -> None:
         if not self._visible(rank):
             return
+        self._show()
         with self._lock:
             self.model.display(rank, {"data": shown_data(content), "metadata": content.get("metadata", {})})
 
     def collected(self, rank: int, item: dict[str, Any]) -> None:
+        self._show()
         with self._lock:
             super().collected(rank, item)
 
-    def _tick(self) -> None:
+    def _text_loop(self) -> None:
         lowest_priority()
         while not self._stop.wait(self.UPDATE_S):
             with contextlib.suppress(Exception):  # a view glitch must never stop the run
