@@ -32,6 +32,13 @@ PHASES = (
     ("jupyter_dist.views.live_output", "LiveTextSink", "lines", "execute:     of it, lines into the view's model"),
     ("jupyter_dist.run.output", "RankLogs", "write", "execute:     of it, lines into the log files"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "finish", "execute:   view: closed, transcript printed"),
+    ("jupyter_dist.run.streams", "RunStreams", "__init__", "execute:   streams: callbacks queued"),
+    ("jupyter_dist.run.streams", "RunStreams", "detach", "execute:   streams: settled, callbacks removed"),
+    ("ipyparallel.client.asyncresult", "AsyncResult", "wait_for_output", "execute:   the ranks' last output waited for"),
+    ("jupyter_dist.cluster.engines", "EngineCluster", "set_busy", "execute:   cluster busy/idle (status, spares)"),
+    ("jupyter_dist.cluster.replacement", None, "tend", "execute:     of it, the warm spares tended"),
+    ("jupyter_dist.run.session", "DistSession", "_remember", "run: the flags remembered"),
+    ("jupyter_dist.run.resources", "ResourcePoller", "__enter__", "run: resources poller entered"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "print_transcript", "execute:     of it, the transcript printed"),
 )
 
