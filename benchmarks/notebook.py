@@ -47,13 +47,15 @@ BURST = "for i in range({n}):\n    print('line', i, 'of the burst, some text to 
 def ipp_start_code(n: int) -> str:
     """Cell code: an ipyparallel MPI cluster of n engines, `%%px_ipp` on all of them."""
     return (f"import ipyparallel as ipp\n"
-            f"_ipc = ipp.Cluster(engines='mpi', n={n}, log_level=40)\n"
+            f"_ipc = ipp.Cluster(engines='mpi', n={n}, log_level=40, engine_timeout=900)\n"
             f"_rc = _ipc.start_and_connect_sync()\n"
             f"_rc.wait_for_engines({n}, timeout=900)\n"
             f"_rc[:].activate('_ipp')\n")
 
 
 IPP_STOP = "_rc.close(); _ipc.stop_cluster_sync()"
+# after a failed round: the ipyparallel cluster stopped whatever exists (its engines outlive the kernel)
+IPP_CLEANUP = "\n".join(f"try:\n    {stop}\nexcept Exception:\n    pass" for stop in IPP_STOP.split("; "))
 
 
 def med(xs: list[float]) -> float:
@@ -90,6 +92,9 @@ def dispatch(n: int, repeat: int, phases: bool, framework: str = "pytorch") -> N
             say(table([{key: v / repeat for key, v in warm.items()}],
                       f"  phases of a warm cell, {n} ranks (mean of {repeat}):"))
         k.cell(IPP_STOP)
+    except BaseException:
+        k.cell(IPP_CLEANUP)
+        raise
     finally:
         k.close()
 
