@@ -37,11 +37,12 @@ class LiveTextSink(TextSink):
 
     The widget is shown on the first output (a line, a display, metrics) or once the run outlives
     SHOW_AFTER_S, not before: a warm cell of 20 ms that prints nothing gets no widget, no display
-    message and no timer threads, and leaves in the notebook what it leaves with one (its
-    transcript: nothing)."""
+    message and no timer threads; its saved output is its transcript alone (nothing), as under `%%px`."""
 
     UPDATE_S = 0.25
-    SHOW_AFTER_S = 0.25  # a quiet run that outlives it shows the view (its status line, the ranks' resources)
+    # a quiet run that outlives it shows the view (its status line; the ranks' resources come after ~1 s). Not less:
+    # a warm `x = 1` on 32 ranks takes 0.15-0.3 s on 2 loaded cores, and the view of 33 tabs costs as much again
+    SHOW_AFTER_S = 0.5
     KEEP_LINES_PER_RANK = 1000  # what the saved notebook keeps per rank (the log keeps all)
     LIVE_LINES = 200  # what a live tab shows
     CHART_S = 1.0  # the live chart is redrawn at most this often (and less when drawing is slow)
