@@ -52,6 +52,7 @@ class LiveTextSink(TextSink):
         super().__init__(charts, run_display)
         self.model = OutputModel(self.KEEP_LINES_PER_RANK)
         self.view: Any = None
+        self._showing = False  # the view was made (or its making failed) for this run
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -71,14 +72,17 @@ class LiveTextSink(TextSink):
         for r in self._shown_ranks:
             self.model.rank(r)
         self.view = None
+        self._showing = False
         self._t0 = time.monotonic()
 
     def _show(self) -> None:
         """The live view and its timer threads, once per run (from the main thread: the runner's)."""
-        if self.view is not None or self._stop.is_set():
+        if self._showing or self._stop.is_set():
             return
-        self.view = RunView(self._shown_ranks, "jupyter-dist: live output of the ranks")
-        if self.view.active:
+        self._showing = True
+        with contextlib.suppress(Exception):  # a view glitch must never stop the run (shown from its loop)
+            self.view = RunView(self._shown_ranks, "jupyter-dist: live output of the ranks")
+        if self.view is not None and self.view.active:
             # text and chart on their own threads: a chart takes 0.1-2 s to draw on a busy machine
             # (the first one imports matplotlib), and the text must keep streaming meanwhile
             self._threads = [threading.Thread(target=self._text_loop, name="jupyter-dist-view", daemon=True),
