@@ -8,7 +8,8 @@ iopub message (stream, display, widget comm) has arrived (`nbkernel.py`), beside
 the same run, in alternating order. The ipyparallel alternative is an MPI cluster of the same size
 (`ipp.Cluster(engines="mpi")`, the venv's `mpiexec`) in the same kernel.
 
-- dispatch: a warm `x = 1` under `%%distrun -f pytorch -N 1 -n N` and `%%px --block` (`--sizes`);
+- dispatch: a warm `x = 1` under `%%distrun -f pytorch -N 1 -n N` and `%%px --block` (`--sizes`;
+  `--dispatch-framework mpi`: no torch on the ranks, so that 32 ranks, 64 engines with ipyparallel's, fit);
 - output: N ranks (`--output-sizes`, 4) each printing L lines (`--lines`, and `--total` spread over the ranks)
   and `%%px --block --stream`; while each burst runs, a short cell on a kernel subshell every 0.2 s (how
   responsive the notebook stays); `--output-framework mpi` for light engines at 16-32 ranks;
@@ -48,13 +49,15 @@ BURST = "for i in range({n}):\n    print('line', i, 'of the burst, some text to 
 def ipp_start_code(n: int) -> str:
     """Cell code: an ipyparallel MPI cluster of n engines, `%%px_ipp` on all of them."""
     return (f"import ipyparallel as ipp\n"
-            f"_ipc = ipp.Cluster(engines='mpi', n={n}, log_level=40)\n"
+            f"_ipc = ipp.Cluster(engines='mpi', n={n}, log_level=40, engine_timeout=900)\n"
             f"_rc = _ipc.start_and_connect_sync()\n"
             f"_rc.wait_for_engines({n}, timeout=900)\n"
             f"_rc[:].activate('_ipp')\n")
 
 
 IPP_STOP = "_rc.close(); _ipc.stop_cluster_sync()"
+# after a failed round: the ipyparallel cluster stopped whatever exists (its engines outlive the kernel)
+IPP_CLEANUP = "\n".join(f"try:\n    {stop}\nexcept Exception:\n    pass" for stop in IPP_STOP.split("; "))
 
 
 def med(xs: list[float]) -> float:
@@ -65,13 +68,13 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def dispatch(n: int, repeat: int, phases: bool) -> None:
+def dispatch(n: int, repeat: int, phases: bool, framework: str = "pytorch") -> None:
     k = Kernel()
     try:
         k.cell("%load_ext jupyter_dist").check()
         if phases:
             k.cell(INSTALL).check()
-        dist = f"%%distrun -f pytorch -N 1 -n {n}\nx = 1"
+        dist = f"%%distrun -f {framework} -N 1 -n {n}\nx = 1"
         px = "%%px_ipp --block\nx = 1"
         d_start = k.cell(dist).check().seconds
         p_start = k.cell(ipp_start_code(n)).check().seconds
@@ -84,13 +87,16 @@ def dispatch(n: int, repeat: int, phases: bool) -> None:
         d, p = alternate(partial(run_into, k, dist, got["d"]), partial(run_into, k, px, got["p"]), repeat)
         warm = k.value(TAKE) if phases else {}
         md, mp = med(d), med(p)
-        say(f"dispatch, warm `x = 1`, {n} ranks, median of {repeat}: %%distrun {md * 1e3:.1f} ms, "
+        say(f"dispatch, warm `x = 1`, {n} ranks, median of {repeat}: %%distrun -f {framework} {md * 1e3:.1f} ms, "
             f"%%px --block {mp * 1e3:.1f} ms, ratio {md / mp:.2f}; iopub messages of a cell "
             f"{sorted(got['d'][-1].counts.items())} / {sorted(got['p'][-1].counts.items())}")
         if phases:
             say(table([{key: v / repeat for key, v in warm.items()}],
                       f"  phases of a warm cell, {n} ranks (mean of {repeat}):"))
         k.cell(IPP_STOP)
+    except BaseException:
+        k.cell(IPP_CLEANUP)
+        raise
     finally:
         k.close()
 
@@ -216,6 +222,8 @@ def main() -> None:
     ap.add_argument("--start-sizes", type=ints, default=[4], help="world sizes of `start` (the issue's: 32)")
     ap.add_argument("--start-frameworks", default="pytorch,mpi", help="-f of `start` (pytorch imports torch per rank)")
     ap.add_argument("--repeat", type=int, default=20, help="rounds of `dispatch`")
+    ap.add_argument("--dispatch-framework", default="pytorch",
+                    help="-f of `dispatch` (mpi: no torch on the ranks; 32 ranks on 2 cores)")
     ap.add_argument("--output-repeat", type=int, default=2)
     ap.add_argument("--cold-repeat", type=int, default=2, help="rounds of `cold` and `start`")
     ap.add_argument("--phases", action="store_true", help="time the phases of a %%distrun cell in the kernel")
@@ -224,7 +232,7 @@ def main() -> None:
     say(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M')}")
     if "dispatch" in parts:
         for n in args.sizes:
-            dispatch(n, args.repeat, args.phases)
+            dispatch(n, args.repeat, args.phases, args.dispatch_framework)
     if "output" in parts:
         for n in args.output_sizes:
             output([*args.lines, *(t // n for t in args.total)], args.output_repeat, args.phases, n,

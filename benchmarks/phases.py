@@ -26,11 +26,19 @@ PHASES = (
     ("jupyter_dist.run.runner", "Runner", "execute", "execute: cell, output, view"),
     ("ipyparallel.client.view", "DirectView", "execute", "execute:   send the cell"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "__init__", "execute:   view: sink made"),
-    ("jupyter_dist.views.live_output", "LiveTextSink", "start", "execute:   view: widgets made and shown"),
+    ("jupyter_dist.views.live_output", "LiveTextSink", "start", "execute:   view: sink started"),
+    ("jupyter_dist.views.live_output", "LiveTextSink", "_show", "execute:   view: widgets made and shown"),
     ("jupyter_dist.run.runner", "Runner", "_drain", "execute:   output: taken, cut into lines, logged, handed on"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "lines", "execute:     of it, lines into the view's model"),
     ("jupyter_dist.run.output", "RankLogs", "write", "execute:     of it, lines into the log files"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "finish", "execute:   view: closed, transcript printed"),
+    ("jupyter_dist.run.streams", "RunStreams", "__init__", "execute:   streams: callbacks queued"),
+    ("jupyter_dist.run.streams", "RunStreams", "detach", "execute:   streams: settled, callbacks removed"),
+    ("ipyparallel.client.asyncresult", "AsyncResult", "wait_for_output", "execute:   the ranks' last output waited for"),
+    ("jupyter_dist.cluster.engines", "EngineCluster", "set_busy", "execute:   cluster busy/idle (status, spares)"),
+    ("jupyter_dist.cluster.replacement", None, "tend", "execute:     of it, the warm spares tended"),
+    ("jupyter_dist.run.session", "DistSession", "_remember", "run: the flags remembered"),
+    ("jupyter_dist.run.resources", "ResourcePoller", "__enter__", "run: resources poller entered"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "print_transcript", "execute:     of it, the transcript printed"),
 )
 
@@ -48,7 +56,9 @@ def _jd_wrap(mod, owner, name, label):
     target = _il.import_module(mod)
     if owner is not None:
         target = getattr(target, owner)
-    fn = getattr(target, name)
+    fn = getattr(target, name, None)
+    if fn is None:  # a phase of another version of the code
+        return
     if _insp.iscoroutinefunction(fn):
         async def w(*a, **k):
             with _jd_timed(label):

@@ -28,6 +28,7 @@ from jupyter_dist.errors import RankFailure
 from jupyter_dist.plan.layout import Layout, RankPlace
 from jupyter_dist.plan.settings import settings
 from jupyter_dist.run import failures, hangs
+from jupyter_dist.run.children import child_error, child_result
 from jupyter_dist.run.fetch import fetch_variable
 from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
 from jupyter_dist.run.stdin import answer_input
@@ -157,8 +158,8 @@ class Runner:
         outcome = RunOutcome(not failed, elapsed, logs.dir, failed=[f.rank for f in failed], lines=dict(logs.counts))
         if failed:
             raise self._failure(failed, [s.place.rank for s in states.values() if s.error is None])
-        for s in states.values():
-            content = s_result(by_child, s)
+        for child, s in by_child:
+            content = child_result(child)
             if content:
                 sink.result(s.place.rank, content)
         if ex.out:
@@ -180,6 +181,7 @@ class Runner:
                 ready = ar.wait(poll)
                 if not ready:  # once ready, the final drain (after the output wait) hands on the rest
                     poll = POLL_S if self._drain(by_child, sink, logs) else min(poll * 2, POLL_MAX_S)
+                    sink.tick(time.monotonic() - t0)  # e.g. the live view shown once a run outlives a short cell
                 now = time.monotonic()
                 for child, st in by_child:
                     if not st.done and child.done():
@@ -187,6 +189,7 @@ class Runner:
                         exc = child_error(child)
                         if exc is not None:
                             st.error = exc
+                            sink.rank_failed(st.place.rank)
                             if first_fail is None:  # a dead rank's peers cannot finish with it: less grace
                                 first_fail = now
                                 grace = settings().death_grace if failures.is_engine_death(exc) else fail_grace
@@ -376,18 +379,3 @@ def prune_old_folders(every_s: float = 60.0) -> None:
         with contextlib.suppress(OSError):
             prune_all()
 
-
-def child_error(child: Any) -> BaseException | None:
-    """ipyparallel resolves a failed execute with the error as its *result*."""
-    exc = child.exception()
-    if exc is None:
-        res = child.result()
-        exc = res if isinstance(res, BaseException) else None
-    return exc
-
-
-def s_result(by_child: list[tuple[Any, RankState]], st: RankState) -> dict[str, Any] | None:
-    for child, s in by_child:
-        if s is st:
-            return child.output.metadata.get("execute_result")
-    return None

@@ -33,9 +33,16 @@ class LiveTextSink(TextSink):
     """In a kernel: a live widget while the run goes (all ranks in arrival order, a tab per rank,
     the throughput chart), refreshed by a timer thread; at the end the widget closes and the
     output is printed once, grouped by rank, then the static chart and summary, so a saved
-    notebook reads the same every time."""
+    notebook reads the same every time.
+
+    The widget is shown on the first output (a line, a display, metrics) or once the run outlives
+    SHOW_AFTER_S, not before: a warm cell of 20 ms that prints nothing gets no widget, no display
+    message and no timer threads; its saved output is its transcript alone (nothing), as under `%%px`."""
 
     UPDATE_S = 0.25
+    # a quiet run that outlives it shows the view (its status line; the ranks' resources come after ~1 s). Not less:
+    # a warm `x = 1` on 32 ranks takes 0.15-0.3 s on 2 loaded cores, and the view of 33 tabs costs as much again
+    SHOW_AFTER_S = 0.5
     KEEP_LINES_PER_RANK = 1000  # what the saved notebook keeps per rank (the log keeps all)
     LIVE_LINES = 200  # what a live tab shows
     CHART_S = 1.0  # the live chart is redrawn at most this often (and less when drawing is slow)
@@ -45,6 +52,7 @@ class LiveTextSink(TextSink):
         super().__init__(charts, run_display)
         self.model = OutputModel(self.KEEP_LINES_PER_RANK)
         self.view: Any = None
+        self._showing = False  # the view was made (or its making failed) for this run
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -60,37 +68,58 @@ class LiveTextSink(TextSink):
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
         super().start(places, shown, logs)
         self.model = OutputModel(self.KEEP_LINES_PER_RANK, self.labels)
-        visible = [p.rank for p in places if self._visible(p.rank)]
-        for r in visible:
+        self._shown_ranks = [p.rank for p in places if self._visible(p.rank)]
+        for r in self._shown_ranks:
             self.model.rank(r)
-        self.view = RunView(visible, "jupyter-dist: live output of the ranks")
+        self.view = None
+        self._showing = False
         self._t0 = time.monotonic()
-        if self.view.active:
+
+    def _show(self) -> None:
+        """The live view and its timer threads, once per run (from the main thread: the runner's)."""
+        if self._showing or self._stop.is_set():
+            return
+        self._showing = True
+        with contextlib.suppress(Exception):  # a view glitch must never stop the run (shown from its loop)
+            self.view = RunView(self._shown_ranks, "jupyter-dist: live output of the ranks")
+        if self.view is not None and self.view.active:
             # text and chart on their own threads: a chart takes 0.1-2 s to draw on a busy machine
             # (the first one imports matplotlib), and the text must keep streaming meanwhile
-            self._threads = [threading.Thread(target=self._tick, name="jupyter-dist-view", daemon=True),
+            self._threads = [threading.Thread(target=self._text_loop, name="jupyter-dist-view", daemon=True),
                              threading.Thread(target=self._chart_loop, name="jupyter-dist-chart", daemon=True)]
             for t in self._threads:
                 t.start()
+
+    def tick(self, elapsed: float) -> None:
+        if self.view is None and elapsed >= self.SHOW_AFTER_S:
+            self._show()
+
+    def rank_failed(self, rank: int) -> None:
+        """A failed run shows the view however fast it failed: a saved notebook's failed cell has the same
+        outputs every time (a quiet run that ends within SHOW_AFTER_S has none, one that outlives it has it)."""
+        self._show()
 
     def lines(self, rank: int, stream: str, lines: list[str]) -> None:
         lines = [line for line in lines if not self.metrics.add_line(rank, line)]
         if not lines or not self._visible(rank):
             return
+        self._show()
         with self._lock:
             self.model.lines(rank, stream, lines)
 
     def display(self, rank: int, content: dict[str, Any]) -> None:
         if not self._visible(rank):
             return
+        self._show()
         with self._lock:
             self.model.display(rank, {"data": shown_data(content), "metadata": content.get("metadata", {})})
 
     def collected(self, rank: int, item: dict[str, Any]) -> None:
+        self._show()
         with self._lock:
             super().collected(rank, item)
 
-    def _tick(self) -> None:
+    def _text_loop(self) -> None:
         lowest_priority()
         while not self._stop.wait(self.UPDATE_S):
             with contextlib.suppress(Exception):  # a view glitch must never stop the run

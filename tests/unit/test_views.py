@@ -260,3 +260,30 @@ def test_charts_png_and_captions():
     assert lo == 0.0 and hi < 0.25  # the training fills the axis
     res = scaling_result([(ScalingPoint(1, 1, 1, 0.0, 4.0), None), (ScalingPoint(2, 1, 2, 0.0, 2.5), None)])
     assert charts.png_bytes(charts.scaling_figure(res), dpi=50)[:4] == b"\x89PNG"
+
+
+def test_live_sink_shows_its_view_on_output_or_once_the_run_outlives_a_short_cell(live, capsys):
+    make, displayed, logs = live
+    quiet = make()  # a warm `x = 1`: no output, done within SHOW_AFTER_S
+    quiet.tick(0.05)
+    quiet.finish()
+    assert FakeView.instances == [] and quiet._threads == [] and capsys.readouterr().out == ""
+    slow = make()  # a run that prints nothing for a while: the view once it outlives SHOW_AFTER_S
+    slow.tick(slow.SHOW_AFTER_S / 2)
+    assert FakeView.instances == []
+    slow.tick(slow.SHOW_AFTER_S)
+    slow.tick(slow.SHOW_AFTER_S * 2)
+    assert len(FakeView.instances) == 1 and len(slow._threads) == 2
+    slow.finish()
+    assert FakeView.instances[0].closed and not any(t.is_alive() for t in slow._threads)
+    printing = make()  # the first line shows it at once
+    printing.lines(1, "stdout", ["hello"])
+    printing.lines(0, "stdout", ["again"])
+    assert len(FakeView.instances) == 2
+    printing.finish()
+    assert "[rank 1|node 1] hello" in capsys.readouterr().out
+    failing = make()  # a quiet cell that fails at once: the view too, so a failed cell saves the same outputs
+    failing.rank_failed(0)
+    failing.rank_failed(1)
+    assert len(FakeView.instances) == 3
+    failing.finish()
