@@ -295,3 +295,13 @@ class RankLogs:
         for f in self._files.values():
             f.close()
 
+
+
+def emit(rank: int, stream: str, lines: list[str], sink: OutputSink, logs: RankLogs) -> None:
+    """A rank's new whole lines into its log file and the sink (lines a torchrun leader relabelled go to
+    their own rank's)."""
+    for owner, group in split_relabelled(rank, lines):
+        if owner not in logs.counts:
+            owner = rank
+        logs.write(owner, stream, group)
+        sink.lines(owner, stream, group)

@@ -30,9 +30,9 @@ from jupyter_dist.plan.settings import settings
 from jupyter_dist.run import failures, hangs
 from jupyter_dist.run.children import child_error, child_result
 from jupyter_dist.run.fetch import fetch_variable
-from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, split_relabelled
+from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, emit
 from jupyter_dist.run.stdin import answer_input
-from jupyter_dist.run.streams import RankStream, RunStreams
+from jupyter_dist.run.streams import DRAIN_CHARS, DRAIN_GAP_S, DRAIN_SLICE_S, RankStream, RunStreams
 
 POLL_FIRST_S = 0.05  # a short cell ends within it, with no poll in between
 POLL_S = 0.01  # while output flows
@@ -90,6 +90,7 @@ class Runner:
         self.last_stacks: hangs.Snapshot | None = None  # the stacks a --timeout took
         self.timeout_phases: dict[str, float] = {}  # seconds each step of the last --timeout report took
         self._crashes: dict[int, str] = {}  # dead ranks' crash records, shown as their stacks
+        self._backlog, self._drain_from = False, 0  # text left by the last drain; the rank whose turn is next
 
     # -- set-up --------------------------------------------------------------------
 
@@ -143,6 +144,8 @@ class Runner:
             with contextlib.suppress(Exception):
                 ar.wait_for_output(hangs.output_wait([st.error for st in states.values()]))
             streams.settled()
+            while self._drain(by_child, sink, logs) and self._backlog:
+                time.sleep(DRAIN_GAP_S)
             self._drain(by_child, sink, logs, final=True)
             streams.detach()
             sink.finish()
@@ -180,7 +183,8 @@ class Runner:
                 # often (to POLL_MAX_S) so that a long run leaves the cores to them.
                 ready = ar.wait(poll)
                 if not ready:  # once ready, the final drain (after the output wait) hands on the rest
-                    poll = POLL_S if self._drain(by_child, sink, logs) else min(poll * 2, POLL_MAX_S)
+                    came = self._drain(by_child, sink, logs)
+                    poll = (DRAIN_GAP_S if self._backlog else POLL_S) if came else min(poll * 2, POLL_MAX_S)
                     sink.tick(time.monotonic() - t0)  # e.g. the live view shown once a run outlives a short cell
                 now = time.monotonic()
                 for child, st in by_child:
@@ -270,26 +274,39 @@ class Runner:
         self.cluster.start_replacements([st.place.rank for st in pending])
 
     def _drain(self, by_child: list[tuple[Any, RankState]], sink: OutputSink, logs: RankLogs, final: bool = False) -> bool:
-        """Hand on what arrived since the last call; True if the ranks printed or displayed anything."""
+        """Hand on what arrived since the last call; True if the ranks printed or displayed anything.
+        Unless `final`, a burst is handed on in slices of DRAIN_SLICE_S, the ranks taking turns (each
+        at most DRAIN_CHARS a turn), so that the notebook's other threads are not starved;
+        `self._backlog` then says that text is left."""
         came = False
-        for child, st in by_child:
+        end = None if final else time.monotonic() + DRAIN_SLICE_S
+        n = len(by_child)
+        self._backlog = False
+        for i in range(n):
+            child, st = by_child[(self._drain_from + i) % n]
+            if end is not None and time.monotonic() > end:
+                self._backlog, self._drain_from = True, (self._drain_from + i) % n
+                break
             md = child.output.metadata
             # count displays before taking the text: ipyparallel's thread queues a rank's text before
             # it appends a display sent after it, so every display counted here has its text queued
             outputs = md.get("outputs") or []
             n_out = len(outputs)
             # the chunks that arrived since the last call (run/streams.py), each read once
-            for stream, text in st.stream.take():
+            for stream, text in st.stream.take(None if final else DRAIN_CHARS):
                 lines = st.buffers[stream].feed(text)
                 if lines:
                     came = True
-                    self._emit(st.place.rank, stream, lines, sink, logs)
+                    emit(st.place.rank, stream, lines, sink, logs)
+            if st.stream.pending and not final:  # its displays wait for the text queued before them
+                self._backlog = came = True
+                continue
             if final:
                 for stream in STREAMS:
                     lines = st.buffers[stream].flush()
                     if lines:
                         came = True
-                        self._emit(st.place.rank, stream, lines, sink, logs)
+                        emit(st.place.rank, stream, lines, sink, logs)
             while st.displays < n_out:
                 content = outputs[st.displays]
                 st.displays += 1
@@ -306,16 +323,6 @@ class Runner:
                     came = True
                     sink.display(st.place.rank, content)
         return came
-
-    @staticmethod
-    def _emit(rank: int, stream: str, lines: list[str], sink: OutputSink, logs: RankLogs) -> None:
-        if not lines:
-            return
-        for owner, group in split_relabelled(rank, lines):
-            if owner not in logs.counts:
-                owner = rank
-            logs.write(owner, stream, group)
-            sink.lines(owner, stream, group)
 
     # -- control -------------------------------------------------------------------
 

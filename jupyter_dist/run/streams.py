@@ -14,6 +14,9 @@ import threading
 from collections import deque
 from typing import Any
 
+DRAIN_SLICE_S = 0.02  # the most one drain works on a burst before it lets the kernel's other threads run
+DRAIN_GAP_S = 0.002  # the pause between slices of a burst (the GIL free: the sidebar's subshell answers)
+DRAIN_CHARS = 1 << 16  # what one rank's turn in a drain takes at most
 ATTACH_WAIT_S = 10.0  # how long the end of a run waits for the attach (the I/O thread is never that busy)
 
 
@@ -29,13 +32,21 @@ class RankStream:
             content = msg["content"]
             self._chunks.append((content["name"], content["text"]))
 
-    def take(self) -> list[tuple[str, str]]:
-        """The text queued since the last call, consecutive chunks of one stream joined, in order
-        (deque.popleft is safe against the appending thread)."""
+    @property
+    def pending(self) -> bool:
+        """Chunks are queued (more arrived, or a `take` stopped at its limit)."""
+        return bool(self._chunks)
+
+    def take(self, limit: int | None = None) -> list[tuple[str, str]]:
+        """The text queued since the last call (with `limit`, chunks up to about that many characters),
+        consecutive chunks of one stream joined, in order (deque.popleft is safe against the appending
+        thread)."""
         chunks = self._chunks
         out: list[tuple[str, list[str]]] = []
-        while chunks:
+        size = 0
+        while chunks and (limit is None or size < limit):
             stream, text = chunks.popleft()
+            size += len(text)
             if out and out[-1][0] == stream:
                 out[-1][1].append(text)
             else:
