@@ -22,6 +22,7 @@ from jupyter_dist.cluster import background, rank_map, replacement, stopping, wa
 from jupyter_dist.cluster import hosts as hostmod
 from jupyter_dist.cluster import preload as preloading
 from jupyter_dist.cluster.agents import RankAgents
+from jupyter_dist.cluster.idle import when_idle
 from jupyter_dist.cluster.launch_session import in_this_session
 from jupyter_dist.cluster.launchers import Launcher, launcher_for
 from jupyter_dist.cluster.processes import (
@@ -343,8 +344,12 @@ class EngineCluster:
             self.state = "busy" if busy else "idle"
         self._notify()
         if not busy and self.state == "idle":
-            with contextlib.suppress(Exception):  # a spare is a convenience: a run never fails for it
-                replacement.tend(self)
+            # a spare is a convenience: a run never fails for it, nor waits for it (cluster/idle.py)
+            when_idle(self._tend)
+
+    def _tend(self) -> None:
+        if self.state == "idle" and self._client is not None:
+            replacement.tend(self)
 
     def status(self) -> dict[str, Any]:
         alive_ids: set[int] = set()

@@ -58,3 +58,21 @@ def test_no_gpu_driver_means_no_torch_import(monkeypatch):
     fake.cuda = types.SimpleNamespace(device_count=lambda: 5)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch", fake)
     assert node_probe.detect_gpus() == (0, ())
+
+
+def test_work_between_cells_waits_for_the_loop_where_one_runs():
+    import asyncio
+
+    from jupyter_dist.cluster.idle import when_idle
+
+    done: list[str] = []
+    assert not when_idle(lambda: done.append("now"))  # no loop (a terminal shell, a test's shell): at once
+    assert done == ["now"]
+
+    async def cell() -> None:
+        assert when_idle(lambda: done.append("after"))
+        assert done == ["now"]  # not inside the cell
+        await asyncio.sleep(0.2)
+
+    asyncio.run(cell())
+    assert done == ["now", "after"]
