@@ -76,3 +76,18 @@ def test_work_between_cells_waits_for_the_loop_where_one_runs():
 
     asyncio.run(cell())
     assert done == ["now", "after"]
+
+
+def test_a_background_start_that_fails_is_told_to_the_first_cell_which_starts_anew():
+    from jupyter_dist.cluster import background
+    from jupyter_dist.cluster.engines import EngineCluster
+    from jupyter_dist.cluster.shape import ClusterShape
+
+    c = EngineCluster()
+    background.start(c, ClusterShape("ssh", 2, ()))  # refused before any process starts: no --hosts
+    said: list[str] = []
+    bg = background.wait(c, said.append)
+    assert bg is not None and bg.error is not None and c.background is None and not c.running
+    assert said[-1].startswith("the engines started in the background did not start (--launcher ssh starts")
+    assert said[-1].endswith(": starting them now")
+    assert background.wait(c, said.append) is None  # forgotten once joined
