@@ -173,18 +173,24 @@ def run_into(k: Kernel, cell: str, into: list[Cell]) -> float:
     return c.seconds
 
 
-def start(n: int, repeat: int, framework: str) -> None:
+def start(n: int, repeat: int, framework: str, phases: bool = False) -> None:
     """`-f pytorch` imports torch on every rank at set-up (its hooks); `-f mpi` starts engines alone."""
     k = Kernel()
     dist_cell = f"%%distrun -f {framework} -N 1 -n {n}\nx = 1"
+    runs: list[dict[str, float]] = []
     try:
-        k.cell("%load_ext jupyter_dist").check()
+        k.cell("%load_ext jupyter_dist" + (INSTALL if phases else "")).check()
         k.cell(ipp_start_code(n) + IPP_STOP).check()  # imports on both paths before timing
         k.cell(dist_cell).check()
 
         def dist() -> float:
             k.cell("%dist stop").check()
-            return k.cell(dist_cell).check().seconds
+            if phases:
+                k.cell(CLEAR).check()
+            took = k.cell(dist_cell).check().seconds
+            if phases:
+                runs.append(k.value(TAKE))
+            return took
 
         def ipp() -> float:
             c = k.cell(ipp_start_code(n) + "_rc[:].execute('x = 1', block=True)").check()
@@ -194,6 +200,8 @@ def start(n: int, repeat: int, framework: str) -> None:
         d, p = alternate(dist, ipp, repeat)
         say(f"start, {n} engines and a first `x = 1`, median of {repeat}: %%distrun -f {framework} {med(d):.2f} s, "
             f"ipyparallel MPI cluster {med(p):.2f} s, ratio {med(d) / med(p):.2f}")
+        if phases:
+            say(table(runs, f"  phases of the %%distrun -f {framework} cell at {n} ranks (median):"))
     finally:
         k.close()
 
@@ -229,7 +237,7 @@ def main() -> None:
     if "start" in parts:
         for n in args.start_sizes:
             for fw in args.start_frameworks.split(","):
-                start(n, args.cold_repeat, fw)
+                start(n, args.cold_repeat, fw, args.phases)
     say(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
