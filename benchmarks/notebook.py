@@ -46,7 +46,7 @@ BURST = "for i in range({n}):\n    print('line', i, 'of the burst, some text to 
 def ipp_start_code(n: int) -> str:
     """Cell code: an ipyparallel MPI cluster of n engines, `%%px_ipp` on all of them."""
     return (f"import ipyparallel as ipp\n"
-            f"_ipc = ipp.Cluster(engines='mpi', n={n}, log_level=40)\n"
+            f"_ipc = ipp.Cluster(engines='mpi', n={n}, log_level=40, engine_timeout=900)\n"
             f"_rc = _ipc.start_and_connect_sync()\n"
             f"_rc.wait_for_engines({n}, timeout=900)\n"
             f"_rc[:].activate('_ipp')\n")
