@@ -77,6 +77,7 @@ class EngineCluster:
     preload: tuple[str, ...] = ()  # what new rank engines import in a thread as they start (cluster/preload.py)
     background: Any = None  # a start running in a thread (cluster/background.py), joined before any change
     from_background: bool = False  # the engines up were started in the background (at %load_ext)
+    identified: Any = None  # engine id -> its `identify` asked as it registered (cluster/rank_map.py)
 
     # -- lifecycle -------------------------------------------------------------------
 
