@@ -134,8 +134,11 @@ def output(lines: list[int], repeat: int, phases: bool, ranks: int = 4, framewor
         k.close()
 
 
-def cold(repeat: int, phases: bool) -> None:
+def cold(repeat: int, phases: bool, background: bool = False) -> None:
+    """`background`: the kernel loads the extension with DistSettings.background_start on, and the cell
+    is sent as soon as `%load_ext` returns (no time to read the line: the least the start can gain)."""
     env = {k: v for k, v in kernel_env().items() if not k.startswith("JUPYTER_DIST_") or k == "JUPYTER_DIST_DIR"}
+    kenv = {**env, "JUPYTER_DIST_BACKGROUND_START": "1" if background else "0"}
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "allreduce.py")
         with open(script, "w") as f:
@@ -145,9 +148,12 @@ def cold(repeat: int, phases: bool) -> None:
 
         def notebook() -> float:
             t0 = time.perf_counter()
-            k = Kernel()
+            k = Kernel(kenv)
             try:
-                load = k.cell("%load_ext jupyter_dist" + (INSTALL if phases else "")).check().seconds
+                # the panel's layout set to the cell's (4 ranks; its default here is 2, which the cell would restart)
+                panel = "from jupyter_dist.plan.defaults import STORE; STORE.update(procs_per_node=4)\n"
+                load = k.cell((panel if background else "") + "%load_ext jupyter_dist"
+                              + (INSTALL if phases else "")).check().seconds
                 c = k.cell("%%distrun -f pytorch -N 1 -n 4\n" + ALLREDUCE).check()
                 total = time.perf_counter() - t0
                 parts.append((k.started, load, c.seconds))
@@ -167,7 +173,8 @@ def cold(repeat: int, phases: bool) -> None:
 
         d, t = alternate(notebook, torchrun, repeat)
     ks, ls, cs = (med(list(x)) for x in zip(*parts, strict=True))
-    say(f"cold, fresh kernel to the first all-reduce result, 4 ranks, median of {repeat}: {med(d):.2f} s "
+    how = "background start at %load_ext" if background else "no background start"
+    say(f"cold ({how}), fresh kernel to the first all-reduce result, 4 ranks, median of {repeat}: {med(d):.2f} s "
         f"(kernel {ks:.2f} s, %load_ext {ls:.2f} s, first cell {cs:.2f} s); torchrun --nproc_per_node 4 cold "
         f"{med(t):.2f} s; ratio {med(d) / med(t):.2f}")
     if phases:
@@ -180,18 +187,24 @@ def run_into(k: Kernel, cell: str, into: list[Cell], probe: str | None = None) -
     return c.seconds
 
 
-def start(n: int, repeat: int, framework: str) -> None:
+def start(n: int, repeat: int, framework: str, phases: bool = False) -> None:
     """`-f pytorch` imports torch on every rank at set-up (its hooks); `-f mpi` starts engines alone."""
     k = Kernel()
     dist_cell = f"%%distrun -f {framework} -N 1 -n {n}\nx = 1"
+    runs: list[dict[str, float]] = []
     try:
-        k.cell("%load_ext jupyter_dist").check()
+        k.cell("%load_ext jupyter_dist" + (INSTALL if phases else "")).check()
         k.cell(ipp_start_code(n) + IPP_STOP).check()  # imports on both paths before timing
         k.cell(dist_cell).check()
 
         def dist() -> float:
             k.cell("%dist stop").check()
-            return k.cell(dist_cell).check().seconds
+            if phases:
+                k.cell(CLEAR).check()
+            took = k.cell(dist_cell).check().seconds
+            if phases:
+                runs.append(k.value(TAKE))
+            return took
 
         def ipp() -> float:
             c = k.cell(ipp_start_code(n) + "_rc[:].execute('x = 1', block=True)").check()
@@ -201,6 +214,8 @@ def start(n: int, repeat: int, framework: str) -> None:
         d, p = alternate(dist, ipp, repeat)
         say(f"start, {n} engines and a first `x = 1`, median of {repeat}: %%distrun -f {framework} {med(d):.2f} s, "
             f"ipyparallel MPI cluster {med(p):.2f} s, ratio {med(d) / med(p):.2f}")
+        if phases:
+            say(table(runs, f"  phases of the %%distrun -f {framework} cell at {n} ranks (median):"))
     finally:
         k.close()
 
@@ -227,6 +242,8 @@ def main() -> None:
     ap.add_argument("--output-repeat", type=int, default=2)
     ap.add_argument("--cold-repeat", type=int, default=2, help="rounds of `cold` and `start`")
     ap.add_argument("--phases", action="store_true", help="time the phases of a %%distrun cell in the kernel")
+    ap.add_argument("--cold-background", default="off", choices=("off", "on", "both"),
+                    help="`cold` with DistSettings.background_start (the panel's layout: 4 ranks here)")
     args = ap.parse_args()
     parts = args.parts.split(",")
     say(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M')}")
@@ -238,11 +255,12 @@ def main() -> None:
             output([*args.lines, *(t // n for t in args.total)], args.output_repeat, args.phases, n,
                    args.output_framework)
     if "cold" in parts:
-        cold(args.cold_repeat, args.phases)
+        for bg in {"off": (False,), "on": (True,), "both": (False, True)}[args.cold_background]:
+            cold(args.cold_repeat, args.phases, bg)
     if "start" in parts:
         for n in args.start_sizes:
             for fw in args.start_frameworks.split(","):
-                start(n, args.cold_repeat, fw)
+                start(n, args.cold_repeat, fw, args.phases)
     say(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

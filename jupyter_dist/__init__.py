@@ -1,7 +1,8 @@
 """jupyter-dist: run a notebook cell on many ranks, nodes and GPUs.
 
 `%load_ext jupyter_dist` registers `%%distrun`, `%distrun`, `%dist` and the sidebar's comm
-target; no process starts until a run needs one.
+target, and probes this host in a thread; no engine starts until a run needs one, unless
+`DistSettings.background_start` says to start them now (run/warm_start.py).
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ def get_session() -> Any:
 def load_ipython_extension(ipython: Any) -> None:
     import atexit
 
+    from jupyter_dist.run.warm_start import at_load
     from jupyter_dist.ui.magics import DistMagics
 
     session = get_session()
     ipython.register_magics(DistMagics(ipython, session))
     _wire_sidebar(ipython, session)
     atexit.register(session.shutdown)
+    if line := at_load(ipython, session):  # the host probe ahead of the first cell; the engines if set so
+        print(line)
 
 
 def _wire_sidebar(ipython: Any, session: Any) -> None:

@@ -13,6 +13,9 @@ os.environ.setdefault("JUPYTER_DIST_DIR", str(ARTIFACTS / "state"))
 # No warm spare engine beside the ranks (DistSettings.spare_engines, 1 for users): one more engine per
 # module's cluster would cost CI's 2 cores; tests/faults/test_replace.py runs with the users' default.
 os.environ.setdefault("JUPYTER_DIST_SPARE_ENGINES", "0")
+# No engines started at `%load_ext` (DistSettings.background_start): a test's kernel starts none it did not
+# ask for; tests/integration/test_background_start.py turns it on in its own kernels.
+os.environ["JUPYTER_DIST_BACKGROUND_START"] = "0"
 
 
 @pytest.fixture(scope="module")

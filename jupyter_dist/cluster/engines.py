@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_dist.cluster import background, rank_map, replacement, stopping, watchdog
 from jupyter_dist.cluster import hosts as hostmod
-from jupyter_dist.cluster import replacement, stopping, watchdog
-from jupyter_dist.cluster.agents import AgentAddress, RankAgents
+from jupyter_dist.cluster import preload as preloading
+from jupyter_dist.cluster.agents import RankAgents
+from jupyter_dist.cluster.idle import when_idle
 from jupyter_dist.cluster.launch_session import in_this_session
 from jupyter_dist.cluster.launchers import Launcher, launcher_for
 from jupyter_dist.cluster.processes import (
@@ -32,27 +34,16 @@ from jupyter_dist.cluster.processes import (
     process_tree,
 )
 from jupyter_dist.cluster.profile import lock_down, make_profile_dir
+from jupyter_dist.cluster.rank_map import EngineInfo
 from jupyter_dist.cluster.shape import ClusterShape
 from jupyter_dist.cluster.status import status_of
 from jupyter_dist.common.hosts import is_local_host
-from jupyter_dist.common.node import NodeFabric
 from jupyter_dist.common.ports import free_ports
-from jupyter_dist.engine import node_probe
-from jupyter_dist.engine import setup as engine_side
-from jupyter_dist.plan.settings import settings
 
 
 def check_shape(shape: ClusterShape, family: str = "") -> None:
     """What this version cannot start, as one sentence naming the flag (before anything starts)."""
     launcher_for(shape).check(family)
-
-
-@dataclass
-class EngineInfo:
-    rank: int
-    engine_id: int
-    pid: int
-    host: str
 
 
 @dataclass
@@ -83,6 +74,10 @@ class EngineCluster:
     mpi_world_split: bool = False  # a rank was replaced: the engines no longer share one MPI world
     spares: Any = None  # replacement engines started, not yet given their ranks (replacement.Spares)
     pending_stop: Any = None  # ranks still stopping after a --timeout was reported (stopping.Stopping)
+    preload: tuple[str, ...] = ()  # what new rank engines import in a thread as they start (cluster/preload.py)
+    background: Any = None  # a start running in a thread (cluster/background.py), joined before any change
+    from_background: bool = False  # the engines up were started in the background (at %load_ext)
+    identified: Any = None  # engine id -> its `identify` asked as it registered (cluster/rank_map.py)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -115,6 +110,7 @@ class EngineCluster:
         say: Callable[[str], None] | None = None,
     ) -> bool:
         """Start or reuse engines of `shape`; True when it (re)started them. `say` hears why."""
+        background.wait(self, say)
         stopping.settle(self)  # ranks still stopping after a --timeout: stopped, or killed to be replaced
         if self.shape == shape and self.alive():
             if not self.master_port and self.node_addrs:
@@ -127,6 +123,8 @@ class EngineCluster:
             reason = (
                 "an engine died: restarting the cluster (variables on the ranks are lost)"
                 if self.shape == shape
+                else f"the engines started in the background have the panel's layout ({before}); this cell asks "
+                f"for {shape.describe()}: restarting them" if self.from_background
                 else f"the layout changed ({before} -> {shape.describe()}): restarting the cluster"
             )
             if say is not None:
@@ -134,6 +132,12 @@ class EngineCluster:
             self.stop()
         self.start(shape, progress)
         return True
+
+    def start_in_background(self, shape: ClusterShape) -> None:
+        """Start engines of `shape` in a thread (`%load_ext` with `DistSettings.background_start`)."""
+        background.wait(self)
+        if self._client is None:
+            background.start(self, shape)
 
     def start(self, shape: ClusterShape, progress: Callable[[int, int, float], None] | None = None) -> None:
         import ipyparallel as ipp  # heavy: only once engines are wanted
@@ -159,6 +163,7 @@ class EngineCluster:
             shutdown_atexit=True,
         )
         self.notes = launcher.configure(cluster, profile_dir, controller_ip)
+        preloading.configure(cluster, shape.launcher, remote, self.preload)
         self.controller_ip = cluster.controller_ip  # a Slurm job's nodes reach this host elsewhere
         self._cluster = cluster
         self._launcher = launcher
@@ -189,40 +194,12 @@ class EngineCluster:
         self._notify()
 
     def _probe_nodes(self, nodes: int, controller_ip: str) -> None:
-        """Each node's address (node 0's toward the controller, the others' toward node 0), its
-        fabric as detected on it, and ports free there: asked of each node's first engine."""
-        ppn = len(self.engines) // nodes
-        leaders = [self.engines[n * ppn].engine_id for n in range(nodes)]
-        first = self._client[leaders[0]].apply_sync(node_probe.node_view, controller_ip, None, ppn)
-        master = first["addr"]
-        rest = self._client[leaders[1:]].apply_async(node_probe.node_view, master, master, ppn) if leaders[1:] else None
-        views = [first, *(rest.get(timeout=60) if rest is not None else [])]
-        self.node_addrs, self.task_ports, self.master_port = hostmod.node_plan(views)
-        self.node_fabrics = tuple(NodeFabric.from_json(v["fabric"]) for v in views)
+        rank_map.probe_nodes(self, nodes, controller_ip)
 
     def _wait_for_engines(
         self, client: Any, n: int, t0: float, progress: Callable[[int, int, float], None] | None
     ) -> None:
-        timeout = settings().start_timeout
-        last = -1
-        while True:
-            up = len(client.ids)
-            elapsed = time.monotonic() - t0
-            if progress and up != last:
-                progress(up, n, elapsed)
-                last = up
-            if up >= n:
-                if progress:
-                    progress(up, n, elapsed)
-                return
-            if elapsed > timeout:
-                raise TimeoutError(
-                    f"only {up} of {n} engines registered after {elapsed:.0f} s; engine log:\n{self.engine_log()[-3000:]}"
-                )
-            self._check_engines_running()
-            time.sleep(0.1)
-            if progress and int(elapsed * 2) != int((elapsed - 0.1) * 2):
-                progress(up, n, elapsed)
+        rank_map.wait_for_engines(self, client, n, t0, progress)
 
     def _check_engines_running(self) -> None:
         es = self._engine_set()
@@ -269,22 +246,7 @@ class EngineCluster:
         return self._launcher.death_notes(self.engine_log()) if self._launcher is not None else {}
 
     def _map_ranks(self, launcher: Launcher) -> None:
-        client = self._client
-        world_size = launcher.shape.world_size
-        ids = sorted(client.ids)
-        infos = client[ids].apply_sync(engine_side.identify)
-        ranks = launcher.ranks(client, ids, infos, self.controller_ip)
-        by_rank = {ranks[eid]: EngineInfo(ranks[eid], eid, info["pid"], info["host"])
-                   for eid, info in zip(ids, infos, strict=True)}
-        self.engines = [by_rank[r] for r in range(world_size)]
-        self.inherited_env = frozenset(infos[0]["env_keys"])
-        self.agents = RankAgents()
-        pending = {e.rank: client[e.engine_id].apply_async(engine_side.assign_rank, e.rank, self.stack_dir,
-                                                            self.agents.token, self.controller_ip)
-                   for e in self.engines}
-        for rank, ar in pending.items():
-            host, port = ar.get()
-            self.agents.addresses[rank] = AgentAddress(host, port)
+        rank_map.map_ranks(self, launcher)
 
     @property
     def stack_dir(self) -> str:
@@ -314,6 +276,8 @@ class EngineCluster:
 
     def stop(self) -> None:
         """Stop controller and engines; kill any process of theirs that outlives the stop."""
+        background.wait(self)
+        self.from_background = False
         stopping.cancel(self)
         roots = self._cluster_pids()
         groups = own_groups(roots)
@@ -355,10 +319,12 @@ class EngineCluster:
 
     def replace_dead(self, say: Callable[[str], None] | None = None) -> bool:
         """Replace the ranks whose engines died, keeping the others; False where that cannot be done."""
+        background.wait(self, say)
         return replacement.replace_dead(self, say)
 
     def replace_ranks(self, ranks: list[int], say: Callable[[str], None] | None = None) -> None:
         """`%dist restart --rank R`: these ranks' engines killed and replaced; the others keep their state."""
+        background.wait(self, say)
         replacement.replace_by_hand(self, ranks, say)
 
     def start_replacements(self, ranks: list[int]) -> None:
@@ -379,8 +345,12 @@ class EngineCluster:
             self.state = "busy" if busy else "idle"
         self._notify()
         if not busy and self.state == "idle":
-            with contextlib.suppress(Exception):  # a spare is a convenience: a run never fails for it
-                replacement.tend(self)
+            # a spare is a convenience: a run never fails for it, nor waits for it (cluster/idle.py)
+            when_idle(self._tend)
+
+    def _tend(self) -> None:
+        if self.state == "idle" and self._client is not None:
+            replacement.tend(self)
 
     def status(self) -> dict[str, Any]:
         alive_ids: set[int] = set()

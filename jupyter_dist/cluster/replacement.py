@@ -207,7 +207,9 @@ def _start(cluster: EngineCluster, n: int) -> None:
     args = list(conf.engine_args) if conf is not None and "engine_args" in conf else []
     if conf is not None and preload:
         # imported while the engine starts, so not by the next cell: the rank it replaces had them
-        conf.engine_args = [*args, "--IPEngine.startup_command=import " + ", ".join(preload)]
+        # in place of the ranks' own (cluster/preload.py): an engine takes one startup command
+        kept = [a for a in args if not a.startswith("--IPEngine.startup_command=")]
+        conf.engine_args = [*kept, "--IPEngine.startup_command=import " + ", ".join(preload)]
     try:
         with in_this_session():
             cluster._cluster.start_engines_sync(n)

@@ -141,8 +141,12 @@ def detect_gpus() -> tuple[int, tuple[str, ...]]:
     names = _nvml_names()
     if names is None:
         names = _nvidia_smi_names()
+    no_driver = names is None and not os.path.exists("/dev/kfd")  # no NVIDIA driver; no ROCm device either
     names = _filter_visible(names or (), os.environ.get("CUDA_VISIBLE_DEVICES"))
     count = len(names)
+    if no_driver:
+        # torch could use no GPU here: not imported for nothing (1-2 s of a cold first cell)
+        return 0, ()
     try:
         import torch  # heavy and optional: its count honours what this process may use
     except ImportError:

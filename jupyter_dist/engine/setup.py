@@ -119,6 +119,13 @@ def assign_rank(rank: int, stack_dir: str, agent_token: str, controller_ip: str)
     return agent.start(agent_token, source_address(controller_ip))
 
 
+def assign_ranks(table: dict[tuple[str, int], int], stack_dir: str, agent_token: str,
+                 controller_ip: str) -> tuple[str, int]:
+    """`assign_rank` with this engine's line of the whole table ((host, pid) -> rank): one message
+    to all engines instead of one round trip per engine."""
+    return assign_rank(table[(socket.gethostname(), os.getpid())], stack_dir, agent_token, controller_ip)
+
+
 def _flush_before_dying() -> None:
     """Output printed just before a crash must reach the notebook: the engine's streams send what
     was written within 20 ms (not ipykernel's 0.2 s), and flush before `os._exit`.

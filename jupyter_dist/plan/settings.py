@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from traitlets import Float, Int, Unicode, default
+from traitlets import Bool, Float, Int, Unicode, default
 from traitlets.config import Configurable
 
 
@@ -48,6 +48,11 @@ class DistSettings(Configurable):
     keep_folders = Int(help="How many per-run log folders, and how many cluster profile folders, to keep under "
                             "state_dir; older ones are removed, never the current run's nor a live kernel's "
                             "(default $JUPYTER_DIST_KEEP_FOLDERS, else 50; 0 keeps all).").tag(config=True)
+    background_start = Bool(help="Start the engines in the background when the extension loads (`%load_ext "
+                                 "jupyter_dist`), with the panel's layout (its defaults), on this host only "
+                                 "(--launcher mpi or local); the first cell then waits only for what is left. "
+                                 "Off by default: loading the extension starts no process "
+                                 "(default $JUPYTER_DIST_BACKGROUND_START, else 0).").tag(config=True)
 
     @default("state_dir")
     def _state_dir(self) -> str:
@@ -72,6 +77,10 @@ class DistSettings(Configurable):
     @default("spare_engines")
     def _spare_engines(self) -> int:
         return max(0, int(_env_float("JUPYTER_DIST_SPARE_ENGINES", 1)))
+
+    @default("background_start")
+    def _background_start(self) -> bool:
+        return os.environ.get("JUPYTER_DIST_BACKGROUND_START", "0").strip().lower() in ("1", "true", "yes", "on")
 
     @default("keep_folders")
     def _keep_folders(self) -> int:

@@ -8,6 +8,7 @@ input never touches the warm cluster. The sinks and the charts are views, handed
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -17,6 +18,7 @@ from IPython.core.error import UsageError
 from jupyter_dist import frameworks
 from jupyter_dist.cluster import stopping
 from jupyter_dist.cluster.engines import EngineCluster, check_shape
+from jupyter_dist.cluster.preload import modules_for
 from jupyter_dist.cluster.shape import ClusterShape
 from jupyter_dist.common.ports import port_in_use
 from jupyter_dist.engine.entry import ENTRY, call_code
@@ -81,6 +83,9 @@ def not_warm_note(framework: str) -> str:
             "defines do not survive it (use -f pytorch to keep state on warm engines).")
 
 
+_NODE_LOCK = threading.Lock()
+
+
 @dataclass
 class DistSession:
     """`sink_factory` makes each run's output sink and `display` shows charts and start-up progress:
@@ -111,8 +116,9 @@ class DistSession:
         return self._mpiexec_found
 
     def local_node(self) -> Any:
-        if self._local_node is None:
-            self._local_node = detect_node("127.0.0.1")
+        with _NODE_LOCK:  # probed once: by %load_ext's prewarm thread (run/warm_start.py) or the first cell
+            if self._local_node is None:
+                self._local_node = detect_node("127.0.0.1")
         return self._local_node
 
     def prepare(self, spec: RunSpec, code: str | None, shell: Any = None) -> Prepared:
@@ -148,6 +154,7 @@ class DistSession:
             say(f"rank(s) {', '.join(map(str, gone))} did not stop after the timeout and -f {p.framework.name} "
                 "needs one MPI world: restarting the cluster (variables on the ranks are lost)")
             self.cluster.stop()
+        self.cluster.preload = modules_for(p.framework.family)  # imported by new engines as they start
         self.cluster.ensure(self.shape_of(spec), progress=self.display.start_progress(), say=say)
         if self.cluster.mpi_world_split and (p.framework.family == "mpi" or p.backend == "mpi"):
             # a replaced rank has an MPI world of its own (cluster/replacement.py): MPI needs one world
