@@ -57,7 +57,9 @@ def probe_text(times: list[float]) -> str:
     """A probed cell's subshell replies: how many, median and worst, in ms."""
     if not times:
         return "no probe answered during it"
-    return f"{len(times)} probes, median {statistics.median(times) * 1e3:.0f} ms, worst {max(times) * 1e3:.0f} ms"
+    every = ", ".join(f"{t * 1e3:.0f}" for t in times[:24])
+    return (f"{len(times)} probes, median {statistics.median(times) * 1e3:.0f} ms, worst {max(times) * 1e3:.0f} ms "
+            f"(in order: {every}{', ...' if len(times) > 24 else ''})")
 
 
 def kernel_env() -> dict[str, str]:

@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from jupyter_dist.run.children import child_error, child_result
 from jupyter_dist.run.fetch import fetch_variable
 from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, emit
 from jupyter_dist.run.stdin import answer_input
-from jupyter_dist.run.streams import DRAIN_CHARS, DRAIN_GAP_S, DRAIN_SLICE_S, RankStream, RunStreams
+from jupyter_dist.run.streams import DRAIN_CHARS, DRAIN_GAP_S, DRAIN_SLICE_S, SWITCH_S, RankStream, RunStreams
 
 POLL_FIRST_S = 0.05  # a short cell ends within it, with no poll in between
 POLL_S = 0.01  # while output flows
@@ -132,6 +133,8 @@ class Runner:
         sink = sink or self.sink_factory()
         logs = RankLogs(state_dir() / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_RUN_NUMBERS)}",
                         ex.layout.world_size)
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, SWITCH_S))  # the main thread's drains yield the GIL sooner
         try:
             cluster.set_busy(True)
             # every rank of the layout: a node leader may print lines of ranks it launched (torchrun)
@@ -139,6 +142,7 @@ class Runner:
             self._monitor(ar, by_child, ex, sink, logs, t0)
         finally:
             cluster.set_busy(False)
+            sys.setswitchinterval(switch)
             # every line the ranks printed arrives before the view is closed; a dead engine's
             # output never completes, so it gets a short wait only
             with contextlib.suppress(Exception):

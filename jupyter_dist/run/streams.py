@@ -17,6 +17,9 @@ from typing import Any
 DRAIN_SLICE_S = 0.02  # the most one drain works on a burst before it lets the kernel's other threads run
 DRAIN_GAP_S = 0.002  # the pause between slices of a burst (the GIL free: the sidebar's subshell answers)
 DRAIN_CHARS = 1 << 16  # what one rank's turn in a drain takes at most
+# while a run's output is handed on, another thread of the kernel waiting for the GIL gets it after this
+# (Python's default is 5 ms; a subshell's request needs it a dozen times): restored when the run ends
+SWITCH_S = 0.0005
 ATTACH_WAIT_S = 10.0  # how long the end of a run waits for the attach (the I/O thread is never that busy)
 
 
