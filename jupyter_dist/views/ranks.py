@@ -27,6 +27,12 @@ class Entry:
     content: dict[str, Any] | None = None
 
 
+def new_entries(rank: int, stream: str, texts: list[str], limit: int) -> tuple[int, list[Entry]]:
+    """The entries of the last `limit` texts, and how many before them are only counted."""
+    skipped = max(0, len(texts) - limit)
+    return skipped, [Entry(rank, stream, text) for text in texts[skipped:]]
+
+
 class Tail:
     """The last `limit` entries of one view, and how many were held back."""
 
@@ -51,24 +57,15 @@ class Tail:
             self.pending[key] = entry
         self._trim()
 
-    def extend(self, rank: int, stream: str, texts: list[str], last_provisional: bool) -> None:
-        """Many lines of one stream at once (only the last may be provisional), as `line` one by one
-        would leave them, but the lines that would enter and leave again within the batch are only
-        counted: a burst costs the tail's size, not its own."""
-        if not texts:
-            return
-        self.line(rank, stream, texts[0], last_provisional and len(texts) == 1)
-        rest = texts[1:]
-        skip = len(rest) - self.limit
-        if skip > 0:
-            self.held_lines += skip
-            rest = rest[skip:]
-        entries, last = self.entries, len(rest) - 1
-        for i, text in enumerate(rest):
-            entry = Entry(rank, stream, text)
-            entries.append(entry)
-            if i == last and last_provisional:
-                self.pending[(rank, stream)] = entry
+    def add(self, entries: list[Entry], skipped: int, last_provisional: bool) -> None:
+        """A batch of one stream's lines, as `line` one by one would leave them (only the last may be
+        provisional), but the lines that would enter and leave again within the batch only counted
+        (`skipped`): a burst costs the tail's size, not its own. The entries (`new_entries`) are shared
+        with the other tail: only a pending one is ever changed, and it is pending in each tail holding it."""
+        self.held_lines += skipped
+        self.entries.extend(entries)
+        if last_provisional and entries:
+            self.pending[(entries[-1].rank, entries[-1].stream)] = entries[-1]
         self._trim()
 
     def display(self, rank: int, content: dict[str, Any]) -> None:
@@ -138,8 +135,13 @@ class OutputModel:
             return
         provisional = lines[-1].endswith("\r")
         texts = [*lines[:-1], lines[-1][:-1]] if provisional else lines
-        self.rank(rank).extend(rank, stream, texts, provisional)
-        self.tails[ALL].extend(rank, stream, texts, provisional)
+        tails = (self.rank(rank), self.tails[ALL])
+        for tail in tails:  # the first line may complete each tail's provisional one
+            tail.line(rank, stream, texts[0], provisional and len(texts) == 1)
+        # one entry per line for both tails: a burst makes half the objects (the kernel's GC runs less)
+        skipped, entries = new_entries(rank, stream, texts[1:], self.limit)
+        for tail in tails:
+            tail.add(entries, skipped, provisional)
         self._dirty.update((rank, ALL))
 
     def display(self, rank: int, content: dict[str, Any]) -> None:
