@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jupyter_dist.common.agent_wire import decode_reply, encode_request
+from jupyter_dist.common.agent_wire import decode_reply, encode_request, read_line
 
 
 @dataclass(frozen=True)
@@ -74,12 +74,7 @@ def _request(address: AgentAddress, payload: bytes, timeout: float) -> tuple[boo
     try:
         with socket.create_connection((address.host, address.port), timeout=timeout) as conn:
             conn.sendall(payload)
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = conn.recv(1 << 16)
-                if not chunk:
-                    break
-                data += chunk
+            data = read_line(conn)
         reply = decode_reply(data)
     except (OSError, ValueError) as e:
         return False, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

@@ -7,6 +7,7 @@ Request: {"token": str, "op": str, "args": {...}}; reply: {"ok": true, "result":
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any, TypedDict
 
 MAX_REQUEST = 1 << 20  # bytes: a request is small (an op and its arguments)
@@ -43,3 +44,14 @@ def decode_reply(data: bytes) -> dict[str, Any]:
     if not isinstance(reply, dict) or "ok" not in reply:
         raise ValueError("not an agent reply")
     return reply
+
+
+def read_line(conn: socket.socket, limit: int | None = None) -> bytes:
+    """Bytes up to and including the first newline (or until the peer closes, or past `limit` bytes)."""
+    data = b""
+    while not data.endswith(b"\n") and (limit is None or len(data) <= limit):
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    return data

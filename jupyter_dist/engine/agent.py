@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from jupyter_dist.common.agent_wire import MAX_REQUEST, decode_request, encode_reply
+from jupyter_dist.common.agent_wire import MAX_REQUEST, decode_request, encode_reply, read_line
 
 Handler = Callable[[dict[str, Any]], Any]
 
@@ -71,12 +71,7 @@ def _serve(server: socket.socket) -> None:
 def _answer(conn: socket.socket) -> None:
     with conn, contextlib.suppress(OSError):
         conn.settimeout(5.0)
-        data = b""
-        while not data.endswith(b"\n") and len(data) <= MAX_REQUEST:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = read_line(conn, MAX_REQUEST)
         conn.sendall(encode_reply(_handle(data)))
 
 

@@ -20,6 +20,7 @@ import tempfile
 import threading
 from typing import Any
 
+from jupyter_dist.common.agent_wire import read_line
 from jupyter_dist.engine import collective_record
 
 SOCKETS_VAR = "JUPYTER_DIST_WORKER_SOCKETS"
@@ -91,12 +92,7 @@ def ask_one(pid: int, folder: str | None = None, timeout: float = ASK_S) -> dict
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(timeout)
             conn.connect(path)
-            data = b""
-            while not data.endswith(b"\n") and len(data) <= MAX_ANSWER:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            data = read_line(conn, MAX_ANSWER)
         answer = json.loads(data)
         if not isinstance(answer, dict):
             raise ValueError("not a record")
