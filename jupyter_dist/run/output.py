@@ -291,10 +291,10 @@ class RankLogs:
         return f
 
     def write(self, rank: int, stream: str, lines: list[str]) -> None:
-        kept = lines
-        text = "\n".join(lines) + "\n"  # lines hold no newline; one scan each finds a provisional or metrics line
+        kept = lines[:-1] if lines and is_provisional(lines[-1]) else lines  # a burst's unfinished last line
+        text = "\n".join(kept) + "\n"  # lines hold no newline; one scan each finds a provisional or metrics line
         if "\r\n" in text or ("\n" + text).find("\n" + METRICS_LINE_PREFIX) >= 0:
-            kept = [line for line in lines if not is_provisional(line) and not line.startswith(METRICS_LINE_PREFIX)]
+            kept = [line for line in kept if not is_provisional(line) and not line.startswith(METRICS_LINE_PREFIX)]
             text = "\n".join(kept) + "\n"
         if not kept:
             return

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import sys
 import threading
 import time
@@ -88,7 +87,9 @@ class LiveTextSink(TextSink):
             self.view = RunView(self._shown_ranks, "jupyter-dist: live output of the ranks")
         if self.view is not None and self.view.active:
             # text and chart on their own threads: a chart takes 0.1-2 s to draw on a busy machine
-            # (the first one imports matplotlib), and the text must keep streaming meanwhile
+            # (the first one imports matplotlib), and the text must keep streaming meanwhile. At the normal
+            # priority: a thread at nice 19 that the OS preempts while it holds the GIL holds it until its next
+            # time slice, on busy cores 0.1-0.4 s, and the main thread and the sidebar's subshell wait for it
             self._threads = [threading.Thread(target=self._text_loop, name="jupyter-dist-view", daemon=True),
                              threading.Thread(target=self._chart_loop, name="jupyter-dist-chart", daemon=True)]
             for t in self._threads:
@@ -125,13 +126,11 @@ class LiveTextSink(TextSink):
             super().collected(rank, item)
 
     def _text_loop(self) -> None:
-        lowest_priority()
         while not self._stop.wait(self.UPDATE_S):
             with contextlib.suppress(Exception):  # a view glitch must never stop the run
                 self.refresh()
 
     def _chart_loop(self) -> None:
-        lowest_priority()
         while not self._stop.wait(self.UPDATE_S):
             with contextlib.suppress(Exception):  # a view glitch must never stop the run
                 self.refresh_chart()
@@ -240,17 +239,6 @@ def freeze_old_objects() -> bool:
         return False
     gc.freeze()
     return True
-
-
-def lowest_priority() -> None:
-    """Run the calling thread at nice 19 (Linux schedules each thread on its own), so drawing the
-    live view yields to the kernel's main thread. Not SCHED_IDLE: that runs only when a core would
-    be idle, and CPU-bound ranks keep every core busy, so the live view froze for the whole run
-    (holding the lock the runner needs to hand on output)."""
-    tid = getattr(threading, "get_native_id", lambda: 0)()
-    if hasattr(os, "setpriority") and tid:
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, tid, 19)
 
 
 def default_sink() -> OutputSink:
