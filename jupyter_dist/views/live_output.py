@@ -41,6 +41,10 @@ class LiveTextSink(TextSink):
     message and no timer threads; its saved output is its transcript alone (nothing), as under `%%px`."""
 
     UPDATE_S = 0.25
+    # the tab shown is redrawn every UPDATE_S, the hidden ones at most this often (32 ranks' tabs every
+    # 0.25 s held the GIL the main thread and the sidebar's subshell wait for)
+    HIDDEN_TABS_S = 2.0
+    DRAW_SHARE = 20  # the text is redrawn at most every DRAW_SHARE x the last redraw's cost (<= 5% of the time)
     # a quiet run that outlives it shows the view (its status line; the ranks' resources come after ~1 s). Not less:
     # a warm `x = 1` on 32 ranks takes 0.15-0.3 s on 2 loaded cores, and the view of 33 tabs costs as much again
     SHOW_AFTER_S = 0.5
@@ -66,6 +70,7 @@ class LiveTextSink(TextSink):
         self._resources_cost = 0.0
         self._near_limit: list[str] = []
         self._frozen = False  # this run froze the kernel's objects (freeze_old_objects)
+        self._hidden_at = 0.0  # when the tabs not shown were last redrawn
 
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
         super().start(places, shown, logs)
@@ -126,9 +131,12 @@ class LiveTextSink(TextSink):
             super().collected(rank, item)
 
     def _text_loop(self) -> None:
-        while not self._stop.wait(self.UPDATE_S):
+        wait = self.UPDATE_S
+        while not self._stop.wait(wait):
+            t = time.monotonic()
             with contextlib.suppress(Exception):  # a view glitch must never stop the run
                 self.refresh()
+            wait = max(self.UPDATE_S, self.DRAW_SHARE * (time.monotonic() - t))
 
     def _chart_loop(self) -> None:
         while not self._stop.wait(self.UPDATE_S):
@@ -145,9 +153,16 @@ class LiveTextSink(TextSink):
         view = self.view
         if view is None or not view.active:
             return
+        selected = view.selected_key() if hasattr(view, "selected_key") else None
+        now = time.monotonic()
         with self._lock:
-            changed = [(key, self.model.tails[key].last(self.LIVE_LINES))
-                       for key in self.model.take_dirty() if key in self.model.tails]
+            dirty = self.model.take_dirty()
+            if selected is not None and now < self._hidden_at + self.HIDDEN_TABS_S:
+                self.model.mark_dirty([key for key in dirty if key != selected])
+                dirty = [key for key in dirty if key == selected]
+            else:
+                self._hidden_at = now
+            changed = [(key, self.model.tails[key].last(self.LIVE_LINES)) for key in dirty if key in self.model.tails]
             shown = len(self.model.tails) - 1
         elapsed = time.monotonic() - self._t0
         near = "; near its memory limit: " + "; ".join(self._near_limit) if self._near_limit else ""

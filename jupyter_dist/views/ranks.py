@@ -198,6 +198,10 @@ class OutputModel:
         dirty, self._dirty = sorted(self._dirty), set()
         return dirty
 
+    def mark_dirty(self, keys: list[int]) -> None:
+        """Changed tails left for a later refresh (taken but not drawn)."""
+        self._dirty.update(keys)
+
     def settle(self) -> None:
         for tail in self.tails.values():
             tail.settle()
