@@ -43,6 +43,9 @@ ALLREDUCE = ("import torch, torch.distributed as dist\n"
              "dist.init_process_group('gloo', init_method='env://')\n"
              "t = torch.ones(1); dist.all_reduce(t); print('sum', int(t.item()))")
 SCRIPT = ALLREDUCE.replace(", init_method='env://'", "") + "\ndist.destroy_process_group()\n"
+# the kernel's tracked objects and one full garbage collection's time (what a gen-2 collection during a burst holds the GIL)
+GC_TIME = ("import gc as _gc, time as _time\n_t = _time.perf_counter(); _gc.collect()\n"
+           "_gc_cost = (len(_gc.get_objects()), round((_time.perf_counter() - _t) * 1e3, 1))")
 BURST = "for i in range({n}):\n    print('line', i, 'of the burst, some text to make it a real line')"
 
 
@@ -129,6 +132,9 @@ def output(lines: list[int], repeat: int, phases: bool, ranks: int = 4, framewor
                 burst = k.value(TAKE)
                 say(table([{key: v / repeat for key, v in burst.items()}],
                           f"  phases of a {n:,}-line burst's cell (mean of {repeat}):"))
+        k.cell(GC_TIME).check()
+        objects, ms = k.value("_gc_cost")
+        say(f"  the kernel after the bursts: {objects} objects tracked, a full collection {ms} ms")
         k.cell(IPP_STOP)
     finally:
         k.close()

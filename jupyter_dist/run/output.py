@@ -93,9 +93,10 @@ class LineBuffer:
     def feed(self, text: str) -> list[str]:
         if not text:
             return []
-        lines = (self._tail + text).split("\n")
+        text = self._tail + text
+        lines = text.split("\n")
         tail = lines.pop()
-        out = [settle(line) for line in lines]
+        out = [settle(line) for line in lines] if "\r" in text else lines  # a scan, not a call per line
         if lines:
             self._shown = None
         if "\r" in tail:  # a bar redrawn without a newline: keep its state only, not every redraw
@@ -131,8 +132,15 @@ class OutputSink(Protocol):
     def finish(self) -> None: ...
 
 
+def any_starts(lines: list[str], prefix: str) -> bool:
+    """Whether a line starts with `prefix`: one scan of the joined text (a burst's lines cost no call each)."""
+    return ("\n" + "\n".join(lines)).find("\n" + prefix) >= 0
+
+
 def split_relabelled(rank: int, lines: list[str]) -> list[tuple[int, list[str]]]:
     """Group lines by the rank they belong to (see `channel.RELABEL`), keeping their order."""
+    if not any_starts(lines, RELABEL):
+        return [(rank, lines)]
     groups: list[tuple[int, list[str]]] = []
     for line in lines:
         owner = rank
@@ -283,12 +291,16 @@ class RankLogs:
         return f
 
     def write(self, rank: int, stream: str, lines: list[str]) -> None:
-        kept = [line for line in lines if not is_provisional(line) and not line.startswith(METRICS_LINE_PREFIX)]
+        kept = lines[:-1] if lines and is_provisional(lines[-1]) else lines  # a burst's unfinished last line
+        text = "\n".join(kept) + "\n"  # lines hold no newline; one scan each finds a provisional or metrics line
+        if "\r\n" in text or ("\n" + text).find("\n" + METRICS_LINE_PREFIX) >= 0:
+            kept = [line for line in kept if not is_provisional(line) and not line.startswith(METRICS_LINE_PREFIX)]
+            text = "\n".join(kept) + "\n"
         if not kept:
             return
-        f = self._file(rank)
-        prefix = "" if stream == "stdout" else "[stderr] "
-        f.write("".join(f"{prefix}{line}\n" for line in kept))
+        if stream != "stdout":
+            text = "[stderr] " + text[:-1].replace("\n", "\n[stderr] ") + "\n"
+        self._file(rank).write(text)
         self.counts[rank] += len(kept)
 
     def close(self) -> None:

@@ -166,6 +166,13 @@ class RunView:
     def active(self) -> bool:
         return self.box is not None
 
+    def selected_key(self) -> int | None:
+        """The key of the tab the notebook shows (as the browser last synced it), or None when there
+        are no tabs (one text widget, always shown)."""
+        keys = self.parts.keys if self.box is not None else ()
+        index = getattr(self.parts.body, "selected_index", None) if len(keys) > 1 else None
+        return keys[index] if index is not None and 0 <= index < len(keys) else None
+
     def set_html(self, key: int, value: str) -> None:
         w = self.html.get(key)
         if w is not None and w.value != value:

@@ -9,7 +9,7 @@ session gets from `jupyter_dist.get_session()`.
 from __future__ import annotations
 
 import contextlib
-import os
+import gc
 import sys
 import threading
 import time
@@ -17,9 +17,10 @@ from typing import Any
 
 from IPython.display import publish_display_data
 
+from jupyter_dist.common.channel import METRICS_LINE_PREFIX
 from jupyter_dist.plan.layout import RankPlace
 from jupyter_dist.run.display import RunDisplay
-from jupyter_dist.run.output import OutputSink, RankLogs, TextSink, shown_data
+from jupyter_dist.run.output import OutputSink, RankLogs, TextSink, any_starts, shown_data
 from jupyter_dist.views.live import RunView, in_kernel
 from jupyter_dist.views.ranks import ALL, OutputModel, render_html, transcript_parts
 from jupyter_dist.views.resources_view import resources_svg
@@ -40,6 +41,10 @@ class LiveTextSink(TextSink):
     message and no timer threads; its saved output is its transcript alone (nothing), as under `%%px`."""
 
     UPDATE_S = 0.25
+    # the tab shown is redrawn every UPDATE_S, the hidden ones at most this often (32 ranks' tabs every
+    # 0.25 s held the GIL the main thread and the sidebar's subshell wait for)
+    HIDDEN_TABS_S = 2.0
+    DRAW_SHARE = 20  # the text is redrawn at most every DRAW_SHARE x the last redraw's cost (<= 5% of the time)
     # a quiet run that outlives it shows the view (its status line; the ranks' resources come after ~1 s). Not less:
     # a warm `x = 1` on 32 ranks takes 0.15-0.3 s on 2 loaded cores, and the view of 33 tabs costs as much again
     SHOW_AFTER_S = 0.5
@@ -64,6 +69,8 @@ class LiveTextSink(TextSink):
         self._resources_at = -1e9
         self._resources_cost = 0.0
         self._near_limit: list[str] = []
+        self._frozen = False  # this run froze the kernel's objects (freeze_old_objects)
+        self._hidden_at = 0.0  # when the tabs not shown were last redrawn
 
     def start(self, places: list[RankPlace], shown: tuple[int, ...] | None, logs: RankLogs) -> None:
         super().start(places, shown, logs)
@@ -74,6 +81,7 @@ class LiveTextSink(TextSink):
         self.view = None
         self._showing = False
         self._t0 = time.monotonic()
+        self._frozen = freeze_old_objects()
 
     def _show(self) -> None:
         """The live view and its timer threads, once per run (from the main thread: the runner's)."""
@@ -84,7 +92,9 @@ class LiveTextSink(TextSink):
             self.view = RunView(self._shown_ranks, "jupyter-dist: live output of the ranks")
         if self.view is not None and self.view.active:
             # text and chart on their own threads: a chart takes 0.1-2 s to draw on a busy machine
-            # (the first one imports matplotlib), and the text must keep streaming meanwhile
+            # (the first one imports matplotlib), and the text must keep streaming meanwhile. At the normal
+            # priority: a thread at nice 19 that the OS preempts while it holds the GIL holds it until its next
+            # time slice, on busy cores 0.1-0.4 s, and the main thread and the sidebar's subshell wait for it
             self._threads = [threading.Thread(target=self._text_loop, name="jupyter-dist-view", daemon=True),
                              threading.Thread(target=self._chart_loop, name="jupyter-dist-chart", daemon=True)]
             for t in self._threads:
@@ -100,7 +110,8 @@ class LiveTextSink(TextSink):
         self._show()
 
     def lines(self, rank: int, stream: str, lines: list[str]) -> None:
-        lines = [line for line in lines if not self.metrics.add_line(rank, line)]
+        if any_starts(lines, METRICS_LINE_PREFIX):  # a scan: a burst's lines cost no call each
+            lines = [line for line in lines if not self.metrics.add_line(rank, line)]
         if not lines or not self._visible(rank):
             return
         self._show()
@@ -120,13 +131,14 @@ class LiveTextSink(TextSink):
             super().collected(rank, item)
 
     def _text_loop(self) -> None:
-        lowest_priority()
-        while not self._stop.wait(self.UPDATE_S):
+        wait = self.UPDATE_S
+        while not self._stop.wait(wait):
+            t = time.monotonic()
             with contextlib.suppress(Exception):  # a view glitch must never stop the run
                 self.refresh()
+            wait = max(self.UPDATE_S, self.DRAW_SHARE * (time.monotonic() - t))
 
     def _chart_loop(self) -> None:
-        lowest_priority()
         while not self._stop.wait(self.UPDATE_S):
             with contextlib.suppress(Exception):  # a view glitch must never stop the run
                 self.refresh_chart()
@@ -141,9 +153,16 @@ class LiveTextSink(TextSink):
         view = self.view
         if view is None or not view.active:
             return
+        selected = view.selected_key() if hasattr(view, "selected_key") else None
+        now = time.monotonic()
         with self._lock:
-            changed = [(key, self.model.tails[key].last(self.LIVE_LINES))
-                       for key in self.model.take_dirty() if key in self.model.tails]
+            dirty = self.model.take_dirty()
+            if selected is not None and now < self._hidden_at + self.HIDDEN_TABS_S:
+                self.model.mark_dirty([key for key in dirty if key != selected])
+                dirty = [key for key in dirty if key == selected]
+            else:
+                self._hidden_at = now
+            changed = [(key, self.model.tails[key].last(self.LIVE_LINES)) for key in dirty if key in self.model.tails]
             shown = len(self.model.tails) - 1
         elapsed = time.monotonic() - self._t0
         near = "; near its memory limit: " + "; ".join(self._near_limit) if self._near_limit else ""
@@ -191,6 +210,9 @@ class LiveTextSink(TextSink):
         return True
 
     def finish(self) -> None:
+        if self._frozen:  # the output is all in: the kernel's objects are the collector's again
+            self._frozen = False
+            gc.unfreeze()
         self._stop.set()
         for t in self._threads:
             t.join(5)
@@ -223,15 +245,15 @@ class LiveTextSink(TextSink):
             sys.stdout.flush()
 
 
-def lowest_priority() -> None:
-    """Run the calling thread at nice 19 (Linux schedules each thread on its own), so drawing the
-    live view yields to the kernel's main thread. Not SCHED_IDLE: that runs only when a core would
-    be idle, and CPU-bound ranks keep every core busy, so the live view froze for the whole run
-    (holding the lock the runner needs to hand on output)."""
-    tid = getattr(threading, "get_native_id", lambda: 0)()
-    if hasattr(os, "setpriority") and tid:
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, tid, 19)
+def freeze_old_objects() -> bool:
+    """Move every object the kernel holds now out of the garbage collector's reach until the run ends
+    (`gc.freeze`; `finish` unfreezes): a full collection during a burst then traverses what the run made,
+    not the whole kernel, and holds the GIL (the sidebar's subshell, the view's thread) that much shorter.
+    Not when something else froze objects already: its freeze is not ours to undo."""
+    if gc.get_freeze_count():
+        return False
+    gc.freeze()
+    return True
 
 
 def default_sink() -> OutputSink:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import base64
 import html
-import itertools
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,24 +21,33 @@ LIVE_DISPLAYS = 3  # rich displays drawn in a live tab (older ones as a one-line
 
 @dataclass
 class Entry:
+    """A display, or a provisional line (its text replaced in place): the rare entries. Whole lines
+    are kept in batches (`Batch`), not one object each."""
+
     rank: int
     stream: str  # "stdout", "stderr" or "display"
     text: str = ""
     content: dict[str, Any] | None = None
 
 
-def new_entries(rank: int, stream: str, texts: list[str], limit: int) -> tuple[int, list[Entry]]:
-    """The entries of the last `limit` texts, and how many before them are only counted."""
-    skipped = max(0, len(texts) - limit)
-    return skipped, [Entry(rank, stream, text) for text in texts[skipped:]]
+# (rank, stream, lines): whole lines of one rank's stream, in order. A plain tuple of strings: the
+# garbage collector stops tracking it at its first collection, so a burst leaves nothing per line to
+# traverse (an object per line made the kernel's full collections long, holding the GIL)
+Batch = tuple[int, str, tuple[str, ...]]
+Row = tuple[int, str, str, "dict[str, Any] | None"]  # one entry, as drawn: rank, stream, text, content
+
+
+def size_of(item: Batch | Entry) -> int:
+    return 1 if isinstance(item, Entry) else len(item[2])
 
 
 class Tail:
-    """The last `limit` entries of one view, and how many were held back."""
+    """The last `limit` entries of one view (lines and displays), and how many were held back."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.entries: deque[Entry] = deque()
+        self.items: deque[Batch | Entry] = deque()
+        self.size = 0  # entries in `items`: a batch counts its lines
         self.held_lines = 0
         self.held_displays = 0
         self.pending: dict[tuple[int, str], Entry] = {}  # provisional entries by (rank, stream)
@@ -51,49 +60,81 @@ class Tail:
             if not provisional:
                 del self.pending[key]
             return
-        entry = Entry(rank, stream, text)
-        self.entries.append(entry)
         if provisional:
-            self.pending[key] = entry
+            entry = self.pending[key] = Entry(rank, stream, text)
+            self.items.append(entry)
+        else:
+            self.items.append((rank, stream, (text,)))
+        self.size += 1
         self._trim()
 
-    def add(self, entries: list[Entry], skipped: int, last_provisional: bool) -> None:
-        """A batch of one stream's lines, as `line` one by one would leave them (only the last may be
-        provisional), but the lines that would enter and leave again within the batch only counted
-        (`skipped`): a burst costs the tail's size, not its own. The entries (`new_entries`) are shared
-        with the other tail: only a pending one is ever changed, and it is pending in each tail holding it."""
+    def add(self, batch: Batch, skipped: int, provisional: Entry | None) -> None:
+        """A batch of one stream's whole lines, then its provisional line if any, as `line` one by one
+        would leave them, but the lines that would enter and leave again within the batch only counted
+        (`skipped`): a burst costs the tail's size, not its own. The batch and the provisional entry are
+        shared with the other tail: only a pending entry is ever changed, and it is pending in each."""
         self.held_lines += skipped
-        self.entries.extend(entries)
-        if last_provisional and entries:
-            self.pending[(entries[-1].rank, entries[-1].stream)] = entries[-1]
+        if batch[2]:
+            self.items.append(batch)
+            self.size += len(batch[2])
+        if provisional is not None:
+            self.items.append(provisional)
+            self.size += 1
+            self.pending[(provisional.rank, provisional.stream)] = provisional
         self._trim()
 
     def display(self, rank: int, content: dict[str, Any]) -> None:
-        self.entries.append(Entry(rank, "display", content=content))
+        self.items.append(Entry(rank, "display", content=content))
+        self.size += 1
         self._trim()
 
     def _trim(self) -> None:
-        entries = self.entries
-        while len(entries) > self.limit:
-            old = entries.popleft()
-            if old.stream == "display":
-                self.held_displays += 1
-            else:
+        items = self.items
+        while self.size > self.limit:
+            old = items[0]
+            if isinstance(old, Entry):
+                items.popleft()
+                self.size -= 1
+                if old.stream == "display":
+                    self.held_displays += 1
+                    continue
                 self.held_lines += 1
-            if self.pending:
                 for key, entry in list(self.pending.items()):
                     if entry is old:
                         del self.pending[key]
+                continue
+            rank, stream, lines = old
+            cut = min(len(lines), self.size - self.limit)
+            if cut == len(lines):
+                items.popleft()
+            else:
+                items[0] = (rank, stream, lines[cut:])
+            self.size -= cut
+            self.held_lines += cut
 
     def last(self, n: int) -> Tail:
         """A copy of the last `n` entries, the others counted as held back: what a live tab draws,
         taken under the view's lock and drawn outside it."""
         copy = Tail(n)
-        size = len(self.entries)
-        copy.entries = deque(itertools.islice(self.entries, max(0, size - n), size))
-        copy.held_lines = self.held_lines + size - len(copy.entries)
+        for item in reversed(self.items):
+            if copy.size >= n:
+                break
+            copy.items.appendleft(item)
+            copy.size += size_of(item)
+        copy._trim()
+        copy.held_lines = self.held_lines + self.size - copy.size
         copy.held_displays = self.held_displays
         return copy
+
+    def rows(self) -> Iterator[Row]:
+        """Every entry in order, one row each (for the saved transcript and tests; drawing goes by batch)."""
+        for item in self.items:
+            if isinstance(item, Entry):
+                yield item.rank, item.stream, item.text, item.content
+            else:
+                rank, stream, lines = item
+                for text in lines:
+                    yield rank, stream, text, None
 
     def settle(self) -> None:
         """The run is over: a provisional line left is the final state of its line."""
@@ -126,22 +167,26 @@ class OutputModel:
         self._dirty.update((rank, ALL))
 
     def lines(self, rank: int, stream: str, lines: list[str]) -> None:
-        """A batch of one rank's stream, as `line` for each (only the last may be provisional)."""
+        """A batch of one rank's stream, as `line` for each (only the last may be provisional). Per batch,
+        not per line: one tuple of the lines kept, shared by the rank's tail and the all-ranks tail."""
         if not lines:
             return
-        if any(line.endswith("\r") for line in lines[:-1]):  # not as the runner hands them on
+        if len(lines) > 1 and "\r\n" in "\n".join(lines[:-1]) + "\n":  # not as the runner hands them on
             for line in lines:
                 self.line(rank, stream, line)
             return
         provisional = lines[-1].endswith("\r")
-        texts = [*lines[:-1], lines[-1][:-1]] if provisional else lines
         tails = (self.rank(rank), self.tails[ALL])
+        first = lines[0][:-1] if provisional and len(lines) == 1 else lines[0]
         for tail in tails:  # the first line may complete each tail's provisional one
-            tail.line(rank, stream, texts[0], provisional and len(texts) == 1)
-        # one entry per line for both tails: a burst makes half the objects (the kernel's GC runs less)
-        skipped, entries = new_entries(rank, stream, texts[1:], self.limit)
-        for tail in tails:
-            tail.add(entries, skipped, provisional)
+            tail.line(rank, stream, first, provisional and len(lines) == 1)
+        if len(lines) > 1:
+            skipped = max(0, len(lines) - 1 - self.limit)
+            kept = lines[1 + skipped:]
+            entry = Entry(rank, stream, kept.pop()[:-1]) if provisional else None
+            batch = (rank, stream, tuple(kept))
+            for tail in tails:
+                tail.add(batch, skipped, entry)
         self._dirty.update((rank, ALL))
 
     def display(self, rank: int, content: dict[str, Any]) -> None:
@@ -152,6 +197,10 @@ class OutputModel:
     def take_dirty(self) -> list[int]:
         dirty, self._dirty = sorted(self._dirty), set()
         return dirty
+
+    def mark_dirty(self, keys: list[int]) -> None:
+        """Changed tails left for a later refresh (taken but not drawn)."""
+        self._dirty.update(keys)
 
     def settle(self) -> None:
         for tail in self.tails.values():
@@ -186,12 +235,12 @@ def transcript_parts(model: OutputModel, logs: Any = None) -> list[str | tuple[s
         note = held_note(tail, path)
         if note:
             parts.append(f"{label} {note}")
-        for e in tail.entries:
-            if e.stream == "display":
-                parts.append((label, e.content or {}))
+        for _, stream, text, content in tail.rows():
+            if stream == "display":
+                parts.append((label, content or {}))
             else:
-                mark = " !" if e.stream == "stderr" else ""
-                parts.append(f"{label}{mark} {clip(e.text)}")
+                mark = " !" if stream == "stderr" else ""
+                parts.append(f"{label}{mark} {clip(text)}")
     return parts
 
 
@@ -210,13 +259,16 @@ def display_html(content: dict[str, Any]) -> str:
 
 
 def render_html(tail: Tail, last: int, model: OutputModel, labelled: bool) -> str:
-    """The last `last` entries of a tail as one HTML block (lines in <pre>, displays drawn)."""
-    entries = list(tail.entries)[-last:]
-    hidden = len(tail.entries) - len(entries) + tail.held_lines + tail.held_displays
+    """The last `last` entries of a tail as one HTML block (lines in <pre>, displays drawn). A batch of
+    lines is escaped and labelled as one string, not line by line."""
+    shown = tail.last(last)
+    hidden = tail.size - shown.size + tail.held_lines + tail.held_displays
+    items = list(shown.items)
     displays_left = LIVE_DISPLAYS
     drawn: set[int] = set()
-    for i in range(len(entries) - 1, -1, -1):
-        if entries[i].stream == "display" and displays_left:
+    for i in range(len(items) - 1, -1, -1):
+        item = items[i]
+        if isinstance(item, Entry) and item.stream == "display" and displays_left:
             drawn.add(i)
             displays_left -= 1
     out: list[str] = []
@@ -230,18 +282,27 @@ def render_html(tail: Tail, last: int, model: OutputModel, labelled: bool) -> st
             out.append("<pre style='margin:0;white-space:pre-wrap'>" + "\n".join(block) + "</pre>")
             block.clear()
 
-    for i, e in enumerate(entries):
-        label = html.escape(model.label(e.rank)) + " " if labelled else ""
-        if e.stream == "display":
+    for i, item in enumerate(items):
+        if isinstance(item, Entry):
+            rank, stream, lines = item.rank, item.stream, (item.text,)
+        else:
+            rank, stream, lines = item
+        label = html.escape(model.label(rank)) + " " if labelled else ""
+        if stream == "display":
+            assert isinstance(item, Entry)
             if i in drawn:
                 close_block()
-                out.append(f"<div>{label}</div>{display_html(e.content or {})}")
+                out.append(f"<div>{label}</div>{display_html(item.content or {})}")
             else:
-                block.append(f"{label}[display: {html.escape(', '.join((e.content or {}).get('data', {})))}]")
+                block.append(f"{label}[display: {html.escape(', '.join((item.content or {}).get('data', {})))}]")
             continue
-        text = html.escape(clip(e.text))
-        if e.stream == "stderr":
-            text = f"<span style='color:#b22'>{text}</span>"
-        block.append(f"{label}{text}")
+        if max(map(len, lines)) > MAX_LINE:
+            lines = tuple(map(clip, lines))
+        text = html.escape("\n".join(lines))  # lines hold no newline: one per line after the join
+        if stream == "stderr":
+            text = "<span style='color:#b22'>" + text.replace("\n", "</span>\n<span style='color:#b22'>") + "</span>"
+        if label:
+            text = label + text.replace("\n", "\n" + label)
+        block.append(text)
     close_block()
     return "<div style='max-height:28em;overflow:auto;font-family:monospace;font-size:12px'>" + "".join(out) + "</div>"

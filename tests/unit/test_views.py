@@ -287,3 +287,20 @@ def test_live_sink_shows_its_view_on_output_or_once_the_run_outlives_a_short_cel
     failing.rank_failed(1)
     assert len(FakeView.instances) == 3
     failing.finish()
+
+
+def test_live_sink_redraws_the_tab_shown_and_the_hidden_ones_less_often(live, capsys):
+    make, displayed, logs = live
+    sink = make(HIDDEN_TABS_S=3600.0)
+    sink.lines(0, "stdout", ["first"])
+    view = FakeView.instances[0]
+    view.selected_key = lambda: ALL  # the browser shows the all-ranks tab
+    sink.refresh()
+    assert "first" in view.html[0] and "first" in view.html[ALL]  # a run's first redraw draws every tab
+    sink.lines(0, "stdout", ["second"])
+    sink.refresh()
+    assert "second" in view.html[ALL] and "second" not in view.html[0]
+    sink._hidden_at = 0.0  # HIDDEN_TABS_S later
+    sink.refresh()
+    assert "second" in view.html[0]
+    sink.finish()
