@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_dist.cluster import background, rank_map, replacement, stopping, watchdog
-from jupyter_dist.cluster import zygote as forking
 from jupyter_dist.cluster import hosts as hostmod
 from jupyter_dist.cluster import preload as preloading
+from jupyter_dist.cluster import zygote as forking
 from jupyter_dist.cluster.agents import RankAgents
 from jupyter_dist.cluster.idle import when_idle
 from jupyter_dist.cluster.launch_session import in_this_session

@@ -11,7 +11,7 @@ away, and exits (killing its engines) once the kernel that started it is gone.
 
 Nothing that starts a thread, MPI or CUDA is imported before a fork: not mpi4py.MPI.
 
-    python -m jupyter_dist.engine.zygote SOCKET PARENT_PID MODULE...
+    python -m jupyter_dist.engine.zygote SOCKET PARENT_PID [--run MODULE] MODULE...
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib
+import json
 import os
 import random
+import runpy
 import selectors
 import signal
 import socket
+import struct
 import sys
 import threading
 
@@ -32,6 +35,7 @@ from jupyter_dist.engine.zygote_stub import recv_msg, send_msg
 ENGINE_MODULES = ("zmq", "tornado.ioloop", "IPython", "ipykernel.ipkernel", "ipyparallel.engine.app",
                   "jupyter_dist.engine.setup", "jupyter_dist.engine.agent", "jupyter_dist.engine.preload")
 _PR_SET_PDEATHSIG = 1
+ENGINE = "ipyparallel.engine"  # what ipyparallel runs as `python -m ipyparallel.engine` (ipengine)
 
 
 def preimport(names: list[str]) -> None:
@@ -48,7 +52,7 @@ def _die_with_parent(sig: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
-def become_engine(request: dict, fds: list[int]) -> None:
+def become_engine(request: dict, fds: list[int], run: str = ENGINE) -> None:
     """In the forked child: the stub's process state, then ipyparallel's engine; never returns."""
     code = 1
     try:
@@ -66,12 +70,10 @@ def become_engine(request: dict, fds: list[int]) -> None:
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         random.seed()
-        sys.argv = ["ipengine", *request["argv"]]
-        from ipyparallel.engine.app import main  # imported already (preimport): this costs nothing
-
+        sys.argv = [run, *request["argv"]]
         code = 0
         try:
-            main()
+            runpy.run_module(run, run_name="__main__", alter_sys=True)  # as `python -m ipyparallel.engine`
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except BaseException:  # noqa: BLE001 - as python would: the traceback, then exit status 1
@@ -93,8 +95,8 @@ def become_engine(request: dict, fds: list[int]) -> None:
 class Zygote:
     """The accept / fork / reap loop (single-threaded: only so is forking safe)."""
 
-    def __init__(self, path: str, parent: int) -> None:
-        self.parent = parent
+    def __init__(self, path: str, parent: int, run: str = ENGINE) -> None:
+        self.parent, self.run = parent, run
         self.sel = selectors.DefaultSelector()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.suppress(FileNotFoundError):
@@ -138,7 +140,7 @@ class Zygote:
             for other in self.children.values():
                 other.close()
             signal.set_wakeup_fd(-1)
-            become_engine(request, fds)
+            become_engine(request, fds, self.run)
         for fd in fds:
             os.close(fd)
         self.children[pid] = conn
@@ -149,9 +151,6 @@ class Zygote:
     @staticmethod
     def _whole_request(conn: socket.socket, first: bytes) -> dict:
         """The stub's request: `first` holds its start (read with the fds), the rest is read here."""
-        import json  # stdlib, once per request
-        import struct
-
         head = struct.Struct("!I")
         while len(first) < head.size:
             first += conn.recv(head.size - len(first)) or b""
@@ -205,10 +204,13 @@ class Zygote:
 
 def main(argv: list[str]) -> None:
     path, parent, modules = argv[1], int(argv[2]), argv[3:]
+    run = ENGINE
+    if modules[:1] == ["--run"]:  # another module in place of the engine (the protocol's tests)
+        run, modules = modules[1], modules[2:]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel's interrupts are not the server's
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     preimport(modules)
-    server = Zygote(path, parent)
+    server = Zygote(path, parent, run)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     try:

@@ -82,7 +82,7 @@ def main(argv: list[str]) -> None:
     pid = int(recv_msg(sock)["pid"])
 
     def forward(sig: int, _frame: object) -> None:
-        try:
+        try:  # noqa: SIM105 - no contextlib import: the stub's start is counted in milliseconds
             os.kill(pid, sig)
         except OSError:
             pass
