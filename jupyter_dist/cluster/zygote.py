@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jupyter_dist.common.process_group import own_group
 from jupyter_dist.engine import zygote_stub
 from jupyter_dist.plan.settings import settings
 
@@ -78,7 +79,9 @@ def start(profile_dir: Path, env: dict[str, str], modules: tuple[str, ...]) -> F
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # the kernel's interrupts and process group are not its
+            # a group of its own (the kernel's interrupts are not its), in the kernel's session: a new
+            # session is a scheduler autogroup of its own, which starved the controller's heartbeats
+            **own_group(),
         )
     finally:
         log.close()

@@ -56,15 +56,16 @@ def become_engine(request: dict, fds: list[int], run: str = ENGINE) -> None:
     """In the forked child: the stub's process state, then ipyparallel's engine; never returns."""
     code = 1
     try:
-        os.setsid()
+        os.setpgid(0, 0)  # a group of its own, in the kernel's session (cluster/launch_session.py)
         _die_with_parent(signal.SIGKILL)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         for fd in fds:
             if fd > 2:
                 os.close(fd)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE):
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as python starts: a broken pipe is an EPIPE, not a death
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(request["env"])
@@ -169,6 +170,8 @@ class Zygote:
             recv_msg(conn)
         except (EOFError, OSError, ValueError):
             self.sel.unregister(conn)
+            sys.stdout.write(f"engine {pid}: its stub went away; killed\n")
+            sys.stdout.flush()
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -185,6 +188,8 @@ class Zygote:
                 continue
             sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
             ended = {"signal": sig} if sig else {"code": os.waitstatus_to_exitcode(status)}
+            sys.stdout.write(f"engine {pid} ended: {ended}\n")  # the server's log (cluster/zygote.py)
+            sys.stdout.flush()
             with contextlib.suppress(OSError):
                 send_msg(conn, ended)
             with contextlib.suppress(Exception):

@@ -57,7 +57,9 @@ class DistSettings(Configurable):
     fork_engines = Bool(help="With --launcher mpi and every rank on this host, fork the engines from one process "
                              "per node that imported the engine stack (and torch, for a torch framework) once; "
                              "mpiexec starts a small stub per rank, the ranks stay one MPI world "
-                             "(default $JUPYTER_DIST_FORK_ENGINES, else 1; 0: every rank imports it all itself)."
+                             "Off by default: an -f mpi cell stopped by --timeout can end in Open MPI's 'PMIx Event Notification' "
+                             "abort of the forked ranks (benchmarks/README.md) "
+                             "(default $JUPYTER_DIST_FORK_ENGINES, else 0; 1: on)."
                         ).tag(config=True)
 
     @default("state_dir")
@@ -90,7 +92,7 @@ class DistSettings(Configurable):
 
     @default("fork_engines")
     def _fork_engines(self) -> bool:
-        return os.environ.get("JUPYTER_DIST_FORK_ENGINES", "1").strip().lower() in ("1", "true", "yes", "on")
+        return os.environ.get("JUPYTER_DIST_FORK_ENGINES", "0").strip().lower() in ("1", "true", "yes", "on")
 
     @default("keep_folders")
     def _keep_folders(self) -> int:
