@@ -56,7 +56,7 @@ class DistSettings(Configurable):
 
     fork_engines = Bool(help="With --launcher mpi and every rank on this host, fork the engines from one process "
                              "per node that imported the engine stack (and torch, for a torch framework) once; "
-                             "mpiexec starts a small stub per rank, the ranks stay one MPI world "
+                             "mpiexec starts a small stub per rank, the ranks stay one MPI world. "
                              "Off by default: an -f mpi cell stopped by --timeout can end in Open MPI's 'PMIx Event Notification' "
                              "abort of the forked ranks (benchmarks/README.md) "
                              "(default $JUPYTER_DIST_FORK_ENGINES, else 0; 1: on)."
