@@ -21,6 +21,7 @@ from typing import Any
 from jupyter_dist.cluster import background, heartbeat, rank_map, replacement, stopping, watchdog
 from jupyter_dist.cluster import hosts as hostmod
 from jupyter_dist.cluster import preload as preloading
+from jupyter_dist.cluster import zygote as forking
 from jupyter_dist.cluster.agents import RankAgents
 from jupyter_dist.cluster.idle import when_idle
 from jupyter_dist.cluster.launch_session import in_this_session
@@ -64,6 +65,7 @@ class EngineCluster:
     _client: Any = None
     _launcher: Launcher | None = None
     _watchdog: subprocess.Popen | None = None
+    _zygote: Any = None  # the engines' fork server (cluster/zygote.py), where they are forked
     inherited_env: frozenset[str] = frozenset()
     _controller_ports: tuple[int, ...] | None = None
     # engines on other hosts: each node's address (node 0's is MASTER_ADDR) and fabric, as seen there
@@ -165,6 +167,8 @@ class EngineCluster:
         )
         self.notes = launcher.configure(cluster, profile_dir, controller_ip)
         preloading.configure(cluster, shape.launcher, remote, self.preload)
+        if forking.wanted(shape.launcher, remote):  # engines forked from one process (cluster/zygote.py)
+            self._zygote = forking.configure(cluster, profile_dir, self.preload)
         self.controller_ip = cluster.controller_ip  # a Slurm job's nodes reach this host elsewhere
         self._cluster = cluster
         self._launcher = launcher
@@ -273,6 +277,8 @@ class EngineCluster:
         for es in self._cluster.engines.values():
             if (getattr(es, "pid", None) or 0) > 0:  # ssh engine sets have no local process (-1)
                 pids.append(es.pid)
+        if self._zygote is not None:
+            pids.append(self._zygote.pid)
         return pids
 
     def stop(self) -> None:
@@ -294,6 +300,9 @@ class EngineCluster:
         # a controller stopped right after it started may have forked its schedulers since `tree`
         # was taken: the controller and mpiexec run in process groups of their own, so take those too
         kill_all(tree + group_members(groups))
+        if self._zygote is not None:
+            self._zygote.stop()
+            self._zygote = None
         if self._watchdog is not None:
             with contextlib.suppress(Exception):
                 self._watchdog.kill()

@@ -54,6 +54,14 @@ class DistSettings(Configurable):
                                  "Off by default: loading the extension starts no process "
                                  "(default $JUPYTER_DIST_BACKGROUND_START, else 0).").tag(config=True)
 
+    fork_engines = Bool(help="With --launcher mpi and every rank on this host, fork the engines from one process "
+                             "per node that imported the engine stack (and torch, for a torch framework) once; "
+                             "mpiexec starts a small stub per rank, the ranks stay one MPI world. "
+                             "Off by default: an -f mpi cell stopped by --timeout can end in Open MPI's 'PMIx Event Notification' "
+                             "abort of the forked ranks (benchmarks/README.md) "
+                             "(default $JUPYTER_DIST_FORK_ENGINES, else 0; 1: on)."
+                        ).tag(config=True)
+
     @default("state_dir")
     def _state_dir(self) -> str:
         return os.environ.get("JUPYTER_DIST_DIR") or str(Path.home() / ".jupyter_dist")
@@ -81,6 +89,10 @@ class DistSettings(Configurable):
     @default("background_start")
     def _background_start(self) -> bool:
         return os.environ.get("JUPYTER_DIST_BACKGROUND_START", "0").strip().lower() in ("1", "true", "yes", "on")
+
+    @default("fork_engines")
+    def _fork_engines(self) -> bool:
+        return os.environ.get("JUPYTER_DIST_FORK_ENGINES", "0").strip().lower() in ("1", "true", "yes", "on")
 
     @default("keep_folders")
     def _keep_folders(self) -> int:

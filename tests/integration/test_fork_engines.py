@@ -1,0 +1,73 @@
+"""Engines forked from the node's fork server (`DistSettings.fork_engines`, cluster/zygote.py) under a real
+mpiexec: distinct processes, children of the server, one MPI world, each with its rank's environment; a
+rank's crash reported as for an engine mpiexec started itself; nothing left once the cluster stops."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+import jupyter_dist
+from jupyter_dist.errors import RankFailure
+from jupyter_dist.plan.settings import settings
+
+pytestmark = [pytest.mark.engines, pytest.mark.timeout(240)]
+LAYOUT = "-f pytorch -N 2 -n 2"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def forking(shell):
+    before = settings().fork_engines
+    settings().fork_engines = True
+    yield
+    settings().fork_engines = before
+
+
+def cluster():
+    return jupyter_dist.get_session().cluster
+
+
+def test_ranks_are_forked_children_of_the_server_with_their_environment(distrun, shell):
+    distrun(f"{LAYOUT} -o env", "import os, sys\nenv = (os.getpid(), os.environ['RANK'], os.environ['LOCAL_RANK'], "
+            "os.environ.get('OMPI_COMM_WORLD_RANK'), 'torch' in sys.modules)")
+    server = cluster()._zygote
+    assert server is not None and server.proc.poll() is None
+    got = shell.user_ns["env"]
+    pids = [g[0] for g in got]
+    assert len(set(pids)) == 4
+    assert all(psutil.Process(pid).ppid() == server.pid for pid in pids)
+    assert [g[1:4] for g in got] == [(str(r), str(r % 2), str(r)) for r in range(4)]
+    assert all(g[4] for g in got)  # torch was imported before the fork, once
+
+
+def test_gloo_all_reduce_and_mpi_world(distrun, shell):
+    distrun(f"{LAYOUT} -o ok", "import torch, torch.distributed as dist\n"
+            "dist.init_process_group('gloo', init_method='env://')\n"
+            "t = torch.ones(1); dist.all_reduce(t); ok = t.item()")
+    assert shell.user_ns["ok"] == [4.0] * 4
+    distrun("-f mpi -N 2 -n 2 -o s", "from mpi4py import MPI\ns = MPI.COMM_WORLD.allreduce(MPI.COMM_WORLD.Get_rank())")
+    assert shell.user_ns["s"] == [6] * 4
+
+
+def test_a_segfault_is_reported_and_the_next_cell_runs(distrun, shell):
+    distrun(f"{LAYOUT}", "x = 1")
+    with pytest.raises(RankFailure) as info:
+        shell.run_cell_magic("distrun", f"{LAYOUT} --timeout 120",
+                             "import ctypes, os, time\nif int(os.environ['RANK']) == 1:\n"
+                             "    time.sleep(0.05); ctypes.string_at(0)\ntime.sleep(30)\n")
+    assert "crashed: Segmentation fault" in str(info.value)
+    distrun(f"{LAYOUT} -o ok", "ok = 1")
+    assert shell.user_ns["ok"] == [1] * 4
+
+
+def test_nothing_is_left_after_stop(distrun, shell):
+    distrun(f"{LAYOUT} -o pid", "import os\npid = os.getpid()")
+    server = cluster()._zygote
+    pids = [server.pid, *shell.user_ns["pid"]]
+    cluster().stop()
+    assert cluster()._zygote is None
+    left = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert left == [], f"still running: {left}"
+    assert not os.path.exists(server.socket) or server.proc.poll() is not None
