@@ -42,20 +42,21 @@ TRAIN = textwrap.dedent(
     from torch.nn.parallel import DistributedDataParallel as DDP
     import jupyter_dist
 
-    def threads():  # each thread: name/tid -> (CPU ns, voluntary switches: times it slept and was woken)
+    def threads():  # each thread: name/tid -> (CPU ns, voluntary switches: times it slept and was woken, ns runnable
+        # but waiting for a core: schedstat's second field)
         got = {}
         for tid in os.listdir("/proc/self/task"):
             try:
                 with open(f"/proc/self/task/{tid}/stat") as f:
                     stat = f.read()
                 with open(f"/proc/self/task/{tid}/schedstat") as f:
-                    run_ns = int(f.read().split()[0])
+                    run_ns, wait_ns = (int(v) for v in f.read().split()[:2])
                 with open(f"/proc/self/task/{tid}/status") as f:
                     woke = int(next(x for x in f if x.startswith("voluntary_ctxt")).split()[1])
             except (OSError, StopIteration):
                 continue
             name = "main" if int(tid) == os.getpid() else stat[stat.index("(") + 1:stat.rindex(")")]
-            got[f"{name}/{tid}"] = (run_ns, woke)
+            got[f"{name}/{tid}"] = (run_ns, woke, wait_ns)
         return got
 
     steps, warmup, batch, width = (int(a) for a in sys.argv[1:5])
@@ -82,12 +83,13 @@ TRAIN = textwrap.dedent(
     elapsed = time.perf_counter() - t0
     cpu, main = (time.process_time() - c0) / steps * 1e3, (time.thread_time() - m0) / steps * 1e3
     th1 = threads()
-    per = {}  # thread name -> [CPU ms per s, wakeups per s], threads of one name summed
-    for key, (ns, woke) in th1.items():
-        ns0, woke0 = th0.get(key, (0, 0))
-        acc = per.setdefault(key.split("/")[0], [0.0, 0.0])
+    per = {}  # thread name -> [CPU ms per s, wakeups per s, ms per s waiting for a core], threads of one name summed
+    for key, (ns, woke, wait) in th1.items():
+        ns0, woke0, wait0 = th0.get(key, (0, 0, 0))
+        acc = per.setdefault(key.split("/")[0], [0.0, 0.0, 0.0])
         acc[0] += (ns - ns0) / 1e6 / elapsed
         acc[1] += (woke - woke0) / elapsed
+        acc[2] += (wait - wait0) / 1e6 / elapsed
     print(f"RATE {rank} {steps * batch / elapsed:.3f} {cpu:.3f} {main:.3f}", flush=True)
     print("THREADS", rank, json.dumps(per), flush=True)
     """
@@ -98,6 +100,7 @@ LIVE_SINK = ("import jupyter_dist; from jupyter_dist.views.live_output import de
              "jupyter_dist.get_session().runner.sink_factory = default_sink")
 RATE = re.compile(r"RATE (\d+) ([0-9.]+) ([0-9.]+) ([0-9.]+)")
 THREADS = re.compile(r"THREADS \d+ (\{.*\})")
+SESSION_SWITCH = "JUPYTER_DIST_OWN_SESSION"  # engine/sessions.py: "0" leaves the engines in the kernel's session
 SWITCH = "JUPYTER_DIST_OBSERVE"  # engine/resources.py: "0" turns the sampling and the collective records off
 OBSERVE = ("import os, jupyter_dist; from jupyter_dist.views.live_output import default_sink; "
            "jupyter_dist.get_session().runner.sink_factory = default_sink; os.environ['" + SWITCH + "'] = '{on}'")
@@ -117,24 +120,24 @@ def parse(text: str, nproc: int) -> tuple[float, float, float]:
     return sum(v[0] for v in vals), statistics.fmean(v[1] for v in vals), statistics.fmean(v[2] for v in vals)
 
 
-def threads_of(text: str) -> dict[str, tuple[float, float]]:
-    """Thread name -> (CPU ms per s, wakeups per s) of a rank's process, mean over the ranks' THREADS lines."""
+def threads_of(text: str) -> dict[str, tuple[float, ...]]:
+    """Thread name -> (CPU ms per s, wakeups per s, ms per s waiting for a core) of a rank's process, mean over the
+    ranks' THREADS lines."""
     ranks = [json.loads(j) for j in THREADS.findall(text)]
     names = {n for r in ranks for n in r}
-    return {n: (statistics.fmean(r.get(n, [0, 0])[0] for r in ranks),
-                statistics.fmean(r.get(n, [0, 0])[1] for r in ranks)) for n in names}
+    return {n: tuple(statistics.fmean(r.get(n, [0, 0, 0])[i] for r in ranks) for i in range(3)) for n in names}
 
 
-def print_threads(per_kind: dict[str, list[dict[str, tuple[float, float]]]]) -> None:
-    """Each thread name's CPU and wakeups per second in a rank (median over the runs), per variant."""
+def print_threads(per_kind: dict[str, list[dict[str, tuple[float, ...]]]]) -> None:
+    """Each thread name's CPU, wakeups and wait for a core per second in a rank (median over the runs), per variant."""
     kinds = [k for k, runs in per_kind.items() if runs]
     names = sorted({n for k in kinds for run in per_kind[k] for n in run},
                    key=lambda n: -max(statistics.median(r.get(n, (0, 0))[0] for r in per_kind[k]) for k in kinds))
-    print("threads of a rank's process: CPU ms/s, wakeups/s (median of runs; " + " | ".join(kinds) + ")")
+    print("threads of a rank's process: CPU ms/s, wakeups/s, waiting for a core ms/s (median of runs; "
+          + " | ".join(kinds) + ")")
     for n in names:
-        cols = [(statistics.median(r.get(n, (0, 0))[0] for r in per_kind[k]),
-                 statistics.median(r.get(n, (0, 0))[1] for r in per_kind[k])) for k in kinds]
-        print(f"  {n:18s} " + " | ".join(f"{c:7.1f} ms/s {w:7.1f}/s" for c, w in cols))
+        cols = [tuple(statistics.median(r.get(n, (0, 0, 0))[i] for r in per_kind[k]) for i in range(3)) for k in kinds]
+        print(f"  {n:18s} " + " | ".join(f"{c:6.1f} ms/s {w:6.1f}/s {q:6.1f} ms/s" for c, w, q in cols))
 
 
 def start_busy(k: int) -> list[subprocess.Popen]:
@@ -146,6 +149,8 @@ def start_busy(k: int) -> list[subprocess.Popen]:
 
 
 def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, float, float, dict]:
+    """torchrun from this script's session; its agent starts each worker in a session of its own
+    (`start_new_session=True`), as jupyter-dist's engines put themselves (engine/sessions.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_DIST_")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
            "--master_port", str(free_ports(1)[0]), str(script), *args]  # a fixed port can still be held
@@ -201,10 +206,10 @@ def recorder_cost(calls: int = 20000, blocks: int = 9) -> tuple[float, float]:
 
 
 class Kernel:
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
         from jupyter_client.manager import start_new_kernel
 
-        self.km, self.kc = start_new_kernel(kernel_name="python3", env={**os.environ})
+        self.km, self.kc = start_new_kernel(kernel_name="python3", env={**os.environ, **(env or {})})
 
     def run(self, code: str, timeout: float = 600) -> str:
         msg_id = self.kc.execute(code)
@@ -240,6 +245,9 @@ def main() -> None:
                     help=f"instead of torchrun: %%distrun with {SWITCH}=0 (no resource sampling, no collective "
                          "records) against the same with them on, and their CPU cost")
     ap.add_argument("--busy", type=int, default=0, help="K processes spinning on the machine for the whole run")
+    ap.add_argument("--ab-sessions", action="store_true",
+                    help="also run %%distrun in a second kernel whose engines stay in the kernel's session "
+                         f"({SESSION_SWITCH}=0: engine/sessions.py)")
     args = ap.parse_args()
     busy = start_busy(args.busy)
     try:
@@ -258,16 +266,22 @@ def compare(args: argparse.Namespace) -> None:
         script.write_text(TRAIN)
         targs = [str(args.steps), str(args.warmup), str(args.batch), str(args.width)]
         kernel = Kernel()
+        shared: Kernel | None = None
         try:
             kernel.run("%load_ext jupyter_dist")
             line = f"%distrun -f pytorch -N 1 -n {args.nproc} {script} {' '.join(targs)}"
             print("warm-up run (starts the engines)", flush=True)
             kernel.run(line)  # starts the engines and imports torch there: not measured
-            rates: dict[str, list[float]] = {"torchrun": [], "live": [], "text": []}
+            if args.ab_sessions:  # engines left in their kernel's session: the arrangement before engine/sessions.py
+                shared = Kernel({SESSION_SWITCH: "0"})
+                shared.run("%load_ext jupyter_dist")
+                shared.run(line)
+            rates: dict[str, list[float]] = {"torchrun": [], "shared": [], "live": [], "text": []}
             cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in rates}
-            per_thread: dict[str, list[dict[str, tuple[float, float]]]] = {k: [] for k in rates}
+            per_thread: dict[str, list[dict[str, tuple[float, ...]]]] = {k: [] for k in rates}
             loads: list[float] = []
             kinds = ["torchrun", "live", "text"] if args.ab else ["torchrun", "live"]
+            kinds += ["shared"] if args.ab_sessions else []
             out = ""
             for i in range(args.repeats):
                 order = kinds[i % len(kinds):] + kinds[:i % len(kinds)]  # rotated: no variant always first
@@ -277,8 +291,9 @@ def compare(args: argparse.Namespace) -> None:
                     if kind == "torchrun":
                         rate, c, m, th = run_torchrun(script, targs, args.nproc)
                     else:
-                        kernel.run(LIVE_SINK if kind == "live" else TEXT_SINK)
-                        text = kernel.run(line)
+                        k = shared if kind == "shared" and shared else kernel
+                        k.run(TEXT_SINK if kind == "text" else LIVE_SINK)
+                        text = k.run(line)
                         rate, c, m = parse(text, args.nproc)
                         th = threads_of(text)
                         if kind == "live":
@@ -287,9 +302,11 @@ def compare(args: argparse.Namespace) -> None:
                     cpu[kind].append((c, m))
                     per_thread[kind].append(th)
             summary = out[out.find("jupyter-dist: run summary"):].splitlines()[:1]
-            dist_rates, torchrun_rates, text_rates = rates["live"], rates["torchrun"], rates["text"]
+            dist_rates, torchrun_rates, text_rates, k_rates = rates["live"], rates["torchrun"], rates["text"], rates["shared"]
         finally:
             kernel.close()
+            if shared:
+                shared.close()
     best_d, best_t = max(dist_rates), max(torchrun_rates)
     print(f"DDP {args.nproc} ranks, MLP width {args.width}, batch {args.batch}, {args.steps} steps, "
           f"{os.cpu_count()} cores, {args.busy} busy processes, load average {min(loads):.1f}-{max(loads):.1f}")
@@ -297,6 +314,8 @@ def compare(args: argparse.Namespace) -> None:
     print(f"  %distrun (views):  {', '.join(f'{r:,.0f}' for r in dist_rates)} samples/s")
     if text_rates:
         print(f"  %distrun (text):   {', '.join(f'{r:,.0f}' for r in text_rates)} samples/s")
+    if k_rates:
+        print(f"  %distrun, engines in the kernel's session: {', '.join(f'{r:,.0f}' for r in k_rates)} samples/s")
     if summary:
         print(f"  its notebook summary: {summary[0]}")
     paired = [d / t for d, t in zip(dist_rates, torchrun_rates, strict=True)]
@@ -304,11 +323,18 @@ def compare(args: argparse.Namespace) -> None:
           f"(rounds {', '.join(f'{r:.3f}' for r in paired)}; goal >= 0.98); "
           f"ratio of medians {statistics.median(dist_rates) / statistics.median(torchrun_rates):.3f}, "
           f"of bests {best_d / best_t:.3f}")
+    if k_rates:
+        own = [d / t for d, t in zip(dist_rates, k_rates, strict=True)]
+        tk = [k / t for k, t in zip(k_rates, torchrun_rates, strict=True)]
+        print(f"ratio own sessions/kernel's session: median of the rounds' ratios {statistics.median(own):.3f} "
+              f"(rounds {', '.join(f'{r:.3f}' for r in own)}); engines in the kernel's session/torchrun: "
+              f"{statistics.median(tk):.3f} (rounds {', '.join(f'{r:.3f}' for r in tk)})")
     if text_rates:
         print(f"ratio views on/off: median {statistics.median(dist_rates) / statistics.median(text_rates):.3f}; "
               f"text sink/torchrun: median {statistics.median(text_rates) / statistics.median(torchrun_rates):.3f}")
     # what each rank spent per step: the same CPU with a lower rate means waiting for a core, not our work
-    for kind, label in (("torchrun", "torchrun"), ("live", "%distrun (views)"), ("text", "%distrun (text)")):
+    for kind, label in (("torchrun", "torchrun"), ("shared", "%distrun (kernel's session)"), ("live", "%distrun (views)"),
+                        ("text", "%distrun (text)")):
         if cpu[kind]:
             c = statistics.median(x[0] for x in cpu[kind])
             m = statistics.median(x[1] for x in cpu[kind])
