@@ -16,7 +16,8 @@ Prints the ratio (goal >= 0.98) and each variant's CPU time per step of a rank (
 thread): the same CPU at a lower rate means the ranks waited for a core. Asserts nothing.
 `--observe` measures the cost of seeing every rank instead (see `observe`; benchmarks/README.md).
 `--busy K` keeps K processes spinning for the whole measurement. Each run's ranks also report every
-thread's CPU and wakeups per second over the measured window (`/proc/self/task`), printed per variant.
+thread's CPU, wakeups and time waiting for a core (runnable, not running: schedstat) per second over the
+measured window (`/proc/self/task`), printed per variant.
 """
 
 from __future__ import annotations
@@ -42,20 +43,21 @@ TRAIN = textwrap.dedent(
     from torch.nn.parallel import DistributedDataParallel as DDP
     import jupyter_dist
 
-    def threads():  # each thread: name/tid -> (CPU ns, voluntary switches: times it slept and was woken)
+    def threads():  # each thread: name/tid -> (CPU ns, voluntary switches: times it slept and was woken, ns runnable
+        # but waiting for a core: schedstat's second field)
         got = {}
         for tid in os.listdir("/proc/self/task"):
             try:
                 with open(f"/proc/self/task/{tid}/stat") as f:
                     stat = f.read()
                 with open(f"/proc/self/task/{tid}/schedstat") as f:
-                    run_ns = int(f.read().split()[0])
+                    run_ns, wait_ns = (int(v) for v in f.read().split()[:2])
                 with open(f"/proc/self/task/{tid}/status") as f:
                     woke = int(next(x for x in f if x.startswith("voluntary_ctxt")).split()[1])
             except (OSError, StopIteration):
                 continue
             name = "main" if int(tid) == os.getpid() else stat[stat.index("(") + 1:stat.rindex(")")]
-            got[f"{name}/{tid}"] = (run_ns, woke)
+            got[f"{name}/{tid}"] = (run_ns, woke, wait_ns)
         return got
 
     steps, warmup, batch, width = (int(a) for a in sys.argv[1:5])
@@ -82,12 +84,13 @@ TRAIN = textwrap.dedent(
     elapsed = time.perf_counter() - t0
     cpu, main = (time.process_time() - c0) / steps * 1e3, (time.thread_time() - m0) / steps * 1e3
     th1 = threads()
-    per = {}  # thread name -> [CPU ms per s, wakeups per s], threads of one name summed
-    for key, (ns, woke) in th1.items():
-        ns0, woke0 = th0.get(key, (0, 0))
-        acc = per.setdefault(key.split("/")[0], [0.0, 0.0])
+    per = {}  # thread name -> [CPU ms per s, wakeups per s, ms per s waiting for a core], threads of one name summed
+    for key, (ns, woke, wait) in th1.items():
+        ns0, woke0, wait0 = th0.get(key, (0, 0, 0))
+        acc = per.setdefault(key.split("/")[0], [0.0, 0.0, 0.0])
         acc[0] += (ns - ns0) / 1e6 / elapsed
         acc[1] += (woke - woke0) / elapsed
+        acc[2] += (wait - wait0) / 1e6 / elapsed
     print(f"RATE {rank} {steps * batch / elapsed:.3f} {cpu:.3f} {main:.3f}", flush=True)
     print("THREADS", rank, json.dumps(per), flush=True)
     """
@@ -117,24 +120,24 @@ def parse(text: str, nproc: int) -> tuple[float, float, float]:
     return sum(v[0] for v in vals), statistics.fmean(v[1] for v in vals), statistics.fmean(v[2] for v in vals)
 
 
-def threads_of(text: str) -> dict[str, tuple[float, float]]:
-    """Thread name -> (CPU ms per s, wakeups per s) of a rank's process, mean over the ranks' THREADS lines."""
+def threads_of(text: str) -> dict[str, tuple[float, ...]]:
+    """Thread name -> (CPU ms per s, wakeups per s, ms per s waiting for a core) of a rank's process, mean over the
+    ranks' THREADS lines."""
     ranks = [json.loads(j) for j in THREADS.findall(text)]
     names = {n for r in ranks for n in r}
-    return {n: (statistics.fmean(r.get(n, [0, 0])[0] for r in ranks),
-                statistics.fmean(r.get(n, [0, 0])[1] for r in ranks)) for n in names}
+    return {n: tuple(statistics.fmean(r.get(n, [0, 0, 0])[i] for r in ranks) for i in range(3)) for n in names}
 
 
-def print_threads(per_kind: dict[str, list[dict[str, tuple[float, float]]]]) -> None:
-    """Each thread name's CPU and wakeups per second in a rank (median over the runs), per variant."""
+def print_threads(per_kind: dict[str, list[dict[str, tuple[float, ...]]]]) -> None:
+    """Each thread name's CPU, wakeups and wait for a core per second in a rank (median over the runs), per variant."""
     kinds = [k for k, runs in per_kind.items() if runs]
     names = sorted({n for k in kinds for run in per_kind[k] for n in run},
                    key=lambda n: -max(statistics.median(r.get(n, (0, 0))[0] for r in per_kind[k]) for k in kinds))
-    print("threads of a rank's process: CPU ms/s, wakeups/s (median of runs; " + " | ".join(kinds) + ")")
+    print("threads of a rank's process: CPU ms/s, wakeups/s, waiting for a core ms/s (median of runs; "
+          + " | ".join(kinds) + ")")
     for n in names:
-        cols = [(statistics.median(r.get(n, (0, 0))[0] for r in per_kind[k]),
-                 statistics.median(r.get(n, (0, 0))[1] for r in per_kind[k])) for k in kinds]
-        print(f"  {n:18s} " + " | ".join(f"{c:7.1f} ms/s {w:7.1f}/s" for c, w in cols))
+        cols = [tuple(statistics.median(r.get(n, (0, 0, 0))[i] for r in per_kind[k]) for i in range(3)) for k in kinds]
+        print(f"  {n:18s} " + " | ".join(f"{c:6.1f} ms/s {w:6.1f}/s {q:6.1f} ms/s" for c, w, q in cols))
 
 
 def start_busy(k: int) -> list[subprocess.Popen]:
@@ -146,6 +149,8 @@ def start_busy(k: int) -> list[subprocess.Popen]:
 
 
 def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, float, float, dict]:
+    """torchrun from this script's session; its agent starts each worker in a session (scheduler autogroup) of
+    its own (`start_new_session=True`), where `%distrun`'s ranks share the kernel's (benchmarks/README.md)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_DIST_")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
            "--master_port", str(free_ports(1)[0]), str(script), *args]  # a fixed port can still be held
@@ -265,7 +270,7 @@ def compare(args: argparse.Namespace) -> None:
             kernel.run(line)  # starts the engines and imports torch there: not measured
             rates: dict[str, list[float]] = {"torchrun": [], "live": [], "text": []}
             cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in rates}
-            per_thread: dict[str, list[dict[str, tuple[float, float]]]] = {k: [] for k in rates}
+            per_thread: dict[str, list[dict[str, tuple[float, ...]]]] = {k: [] for k in rates}
             loads: list[float] = []
             kinds = ["torchrun", "live", "text"] if args.ab else ["torchrun", "live"]
             out = ""
