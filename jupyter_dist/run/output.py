@@ -132,9 +132,13 @@ class OutputSink(Protocol):
     def finish(self) -> None: ...
 
 
+def starts_a_line(text: str, prefix: str) -> bool:
+    """Whether a line of `text` starts with `prefix`: one scan (a burst's lines cost no call each)."""
+    return ("\n" + text).find("\n" + prefix) >= 0
+
+
 def any_starts(lines: list[str], prefix: str) -> bool:
-    """Whether a line starts with `prefix`: one scan of the joined text (a burst's lines cost no call each)."""
-    return ("\n" + "\n".join(lines)).find("\n" + prefix) >= 0
+    return starts_a_line("\n".join(lines), prefix)
 
 
 def split_relabelled(rank: int, lines: list[str]) -> list[tuple[int, list[str]]]:
@@ -293,7 +297,7 @@ class RankLogs:
     def write(self, rank: int, stream: str, lines: list[str]) -> None:
         kept = lines[:-1] if lines and is_provisional(lines[-1]) else lines  # a burst's unfinished last line
         text = "\n".join(kept) + "\n"  # lines hold no newline; one scan each finds a provisional or metrics line
-        if "\r\n" in text or ("\n" + text).find("\n" + METRICS_LINE_PREFIX) >= 0:
+        if "\r\n" in text or starts_a_line(text, METRICS_LINE_PREFIX):
             kept = [line for line in kept if not is_provisional(line) and not line.startswith(METRICS_LINE_PREFIX)]
             text = "\n".join(kept) + "\n"
         if not kept:
