@@ -21,6 +21,7 @@ from jupyter_dist.cluster.crash_records import crash_records
 from jupyter_dist.cluster.engines import EngineCluster
 from jupyter_dist.cluster.profile import state_dir
 from jupyter_dist.cluster.retention import prune_all
+from jupyter_dist.cluster.send import execute_all
 from jupyter_dist.common import channel
 from jupyter_dist.engine import setup as engine_side
 from jupyter_dist.engine.cells import CELL_LABEL
@@ -62,7 +63,7 @@ class Execution:
 class RankState:
     place: RankPlace
     engine_id: int
-    buffers: dict[str, LineBuffer] = field(default_factory=lambda: {s: LineBuffer() for s in STREAMS})
+    buffers: dict[str, LineBuffer] = field(default_factory=dict)  # a stream's by its first text: none for a quiet cell
     stream: RankStream = field(default_factory=RankStream)  # its stream messages as they arrive
     displays: int = 0
     done: bool = False
@@ -123,7 +124,8 @@ class Runner:
         # sent first: the ranks start while the notebook side (logs, view, status) is set up;
         # nothing reaches the view before the monitor drains it
         # silent, labelled: no execute_input message per rank; engine_cells shows the cell's value
-        ar = view.execute(ex.code, silent=True, block=False, label=CELL_LABEL)
+        # one hand-off to the client's I/O thread for all ranks, not one per rank (cluster/send.py)
+        ar = execute_all(cluster.client, view, ex.code, silent=True, label=CELL_LABEL)
         streams = RunStreams(cluster.client, list(ar._children))
         states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id, stream=s)
                   for r, s in zip(ex.ranks, streams.ranks, strict=True)}
@@ -298,7 +300,8 @@ class Runner:
             n_out = len(outputs)
             # the chunks that arrived since the last call (run/streams.py), each read once
             for stream, text in st.stream.take(None if final else DRAIN_CHARS):
-                lines = st.buffers[stream].feed(text)
+                buf = st.buffers.get(stream) or st.buffers.setdefault(stream, LineBuffer())
+                lines = buf.feed(text)
                 if lines:
                     came = True
                     emit(st.place.rank, stream, lines, sink, logs)
@@ -307,7 +310,7 @@ class Runner:
                 continue
             if final:
                 for stream in STREAMS:
-                    lines = st.buffers[stream].flush()
+                    lines = st.buffers[stream].flush() if stream in st.buffers else None
                     if lines:
                         came = True
                         emit(st.place.rank, stream, lines, sink, logs)
