@@ -28,7 +28,6 @@ PHASES = (
     ("jupyter_dist.run.runner", "Runner", "execute", "execute: cell, output, view"),
     ("jupyter_dist.cluster.replacement", None, "tend", "after the cell: warm spare engine tended"),
     ("ipyparallel.client.view", "DirectView", "execute", "execute:   send the cell"),
-    ("jupyter_dist.run.runner", None, "execute_all", "execute:   send the cell (one hand-off, cluster/send.py)"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "__init__", "execute:   view: sink made"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "start", "execute:   view: sink started"),
     ("jupyter_dist.views.live_output", "LiveTextSink", "_show", "execute:   view: widgets made and shown"),

@@ -21,7 +21,6 @@ from jupyter_dist.cluster.crash_records import crash_records
 from jupyter_dist.cluster.engines import EngineCluster
 from jupyter_dist.cluster.profile import state_dir
 from jupyter_dist.cluster.retention import prune_all
-from jupyter_dist.cluster.send import execute_all
 from jupyter_dist.common import channel
 from jupyter_dist.engine import setup as engine_side
 from jupyter_dist.engine.cells import CELL_LABEL
@@ -124,8 +123,7 @@ class Runner:
         # sent first: the ranks start while the notebook side (logs, view, status) is set up;
         # nothing reaches the view before the monitor drains it
         # silent, labelled: no execute_input message per rank; engine_cells shows the cell's value
-        # one hand-off to the client's I/O thread for all ranks, not one per rank (cluster/send.py)
-        ar = execute_all(cluster.client, view, ex.code, silent=True, label=CELL_LABEL)
+        ar = view.execute(ex.code, silent=True, block=False, label=CELL_LABEL)
         streams = RunStreams(cluster.client, list(ar._children))
         states = {r: RankState(ex.layout.place(r), cluster.engines[r].engine_id, stream=s)
                   for r, s in zip(ex.ranks, streams.ranks, strict=True)}

@@ -100,34 +100,6 @@ def test_warm_engines_keep_variables(distrun, shell):
     assert shell.user_ns["back"] == [1, 11, 21, 31]
 
 
-def test_one_hand_off_sends_what_directview_execute_sends(distrun, shell):
-    """cluster/send.py: one request per rank in the view's order, silent and labelled as DirectView.execute
-    sends them (the engine takes it for a %%distrun cell), each rank's output and error its own, and the
-    client's caches of the requests purged once they are done."""
-    from jupyter_dist.cluster.send import batched, execute_all
-    from jupyter_dist.engine.cells import CELL_LABEL
-    from jupyter_dist.run.children import child_error
-
-    distrun("-N 2 -n 2", "import os\nrank = int(os.environ['RANK'])")
-    cluster = jupyter_dist.get_session().cluster
-    client = cluster.client
-    view = client[[e.engine_id for e in cluster.engines]]
-    assert batched(client, view)
-    code = "from jupyter_dist.engine import cells as _cells\nours = _cells.distrun_cell()\nprint('r', rank)\n1 / (rank - 2)"
-    ar = execute_all(client, view, code, silent=True, label=CELL_LABEL)
-    assert ar.wait(60)
-    ar.wait_for_output(10)
-    assert [c.output.metadata["stdout"] for c in ar._children] == [f"r {r}\n" for r in range(4)]
-    errors = [child_error(c) for c in ar._children]
-    assert [e is not None for e in errors] == [False, False, True, False]
-    assert "ZeroDivisionError" in repr(errors[2])
-    assert view.pull("ours", block=True) == [True] * 4
-    end = time.monotonic() + 10
-    while any(m in client._futures for m in ar.msg_ids) and time.monotonic() < end:
-        time.sleep(0.05)
-    assert not any(m in client._futures or m in client.metadata for m in ar.msg_ids)
-
-
 def test_last_expression_is_shown_per_rank_as_ipython_would(distrun, shell):
     """Cells go to the engines silent (no execute_input): the value is shown by engine_cells."""
     out = distrun("-f pytorch -N 2 -n 2", "import os\nr = int(os.environ['RANK'])\nr * 10")
