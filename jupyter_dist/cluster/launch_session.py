@@ -7,15 +7,22 @@ sessions first. torchrun started under `setsid` trained DDP about 4% slower here
 started from the caller's session; for `%distrun` the change measured within this machine's noise
 (benchmarks/README.md). A process group of their own still keeps them out of the signals a kernel's
 group gets (an interrupt, a kill of the kernel's group), which is what the new session was for.
+
+`JUPYTER_DIST_ENGINE_SESSION=own` in the kernel's environment leaves ipyparallel's new sessions as they are
+(benchmarks/README.md: the kernel's one autogroup against ipyparallel's three when other sessions load the
+machine).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
 from jupyter_dist.common.process_group import own_group
+
+SESSION_SWITCH = "JUPYTER_DIST_ENGINE_SESSION"  # "own": the controller and engines in sessions of their own
 
 
 @contextlib.contextmanager
@@ -24,7 +31,7 @@ def in_this_session() -> Iterator[None]:
     from ipyparallel.cluster import launcher
 
     original = getattr(launcher, "Popen", None)
-    if original is None:  # another ipyparallel: leave its launchers as they are
+    if original is None or os.environ.get(SESSION_SWITCH) == "own":  # another ipyparallel, or asked: as they are
         yield
         return
 

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 REPLACEABLE_LAUNCHERS = ("mpi", "local")
 ENGINE_SETS = {"mpi": "MPIEngineSetLauncher", "local": "LocalEngineSetLauncher"}  # ipyparallel's config sections
+# what the ranks imported is asked of a rank's agent at most this often: not after every cell (a warm 20 ms cell
+# paid an agent round trip, a thread on rank 0, 2-5 ms of the kernel's loop); a new import reaches the spares later
+LOADED_EVERY_S = 5.0
 
 
 def dead_ranks(cluster: EngineCluster) -> list[int]:
@@ -84,6 +87,8 @@ class Spares:
     asked: dict[str, Any] = field(default_factory=dict)  # spares asked for their pid (ipyparallel results)
     dead: set[str] = field(default_factory=set)  # spares whose engine is gone: never given a rank
     seen: set[str] = field(default_factory=set)  # spares seen registered (a spare given a rank leaves it)
+    loaded: frozenset[str] = frozenset()  # what the ranks had imported when last asked (_loaded_lately)
+    loaded_at: float = -1e9  # when that was (monotonic)
 
     @property
     def count(self) -> int:
@@ -142,7 +147,7 @@ def tend(cluster: EngineCluster) -> None:
     if pool.count < wanted:
         _start(cluster, wanted - pool.count)
         return  # they import at start what the ranks had imported (_start)
-    names = frozenset(_loaded(cluster))
+    names = _loaded_lately(cluster, pool)
     if names <= pool.preloaded:
         return
     ids = _registered(cluster.client, pool)
@@ -188,6 +193,14 @@ def _drop_dead(client: Any, pool: Spares) -> None:
 def _lost(pool: Spares, uuid: str) -> None:
     pool.dead.add(uuid)
     del pool.starts[:1]  # one spare fewer; the oldest start stands for it
+
+
+def _loaded_lately(cluster: EngineCluster, pool: Spares) -> frozenset[str]:
+    """What the ranks have imported, asked again once the last answer is LOADED_EVERY_S old."""
+    now = time.monotonic()
+    if now - pool.loaded_at >= LOADED_EVERY_S:
+        pool.loaded, pool.loaded_at = frozenset(_loaded(cluster)), now
+    return pool.loaded
 
 
 def _loaded(cluster: EngineCluster) -> list[str]:

@@ -62,7 +62,7 @@ class Execution:
 class RankState:
     place: RankPlace
     engine_id: int
-    buffers: dict[str, LineBuffer] = field(default_factory=lambda: {s: LineBuffer() for s in STREAMS})
+    buffers: dict[str, LineBuffer] = field(default_factory=dict)  # a stream's by its first text: none for a quiet cell
     stream: RankStream = field(default_factory=RankStream)  # its stream messages as they arrive
     displays: int = 0
     done: bool = False
@@ -298,7 +298,8 @@ class Runner:
             n_out = len(outputs)
             # the chunks that arrived since the last call (run/streams.py), each read once
             for stream, text in st.stream.take(None if final else DRAIN_CHARS):
-                lines = st.buffers[stream].feed(text)
+                buf = st.buffers.get(stream) or st.buffers.setdefault(stream, LineBuffer())
+                lines = buf.feed(text)
                 if lines:
                     came = True
                     emit(st.place.rank, stream, lines, sink, logs)
@@ -307,7 +308,7 @@ class Runner:
                 continue
             if final:
                 for stream in STREAMS:
-                    lines = st.buffers[stream].flush()
+                    lines = st.buffers[stream].flush() if stream in st.buffers else None
                     if lines:
                         came = True
                         emit(st.place.rank, stream, lines, sink, logs)

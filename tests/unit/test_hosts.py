@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 from IPython.core.error import UsageError
@@ -10,6 +11,7 @@ from IPython.core.error import UsageError
 from jupyter_dist.cluster import hosts
 from jupyter_dist.cluster.engines import check_shape
 from jupyter_dist.cluster.shape import ClusterShape
+from jupyter_dist.common.hosts import is_local_host
 from jupyter_dist.frameworks import RunContext, get
 from jupyter_dist.plan.defaults import RunDefaults
 from jupyter_dist.plan.layout import build_layout, master_address
@@ -142,3 +144,14 @@ def test_check_shape():
         check_shape(ClusterShape("ssh", 4, ("a", "a")))
     with pytest.raises(UsageError, match="--launcher local starts engines on this host only"):
         check_shape(ClusterShape("local", 4, ("a", "b")))
+
+
+def test_this_hosts_name_needs_no_resolver(monkeypatch):
+    """An engine reports `gethostname()`: checked every cell for every rank, it never waits for a resolver."""
+    def no_resolver() -> str:
+        raise AssertionError("getfqdn called")
+
+    monkeypatch.setattr(socket, "getfqdn", no_resolver)
+    assert is_local_host(socket.gethostname())
+    monkeypatch.setattr(socket, "getfqdn", lambda: "node-a.example")
+    assert is_local_host("node-a.example") and not is_local_host("node-b")
