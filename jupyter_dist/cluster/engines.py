@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_dist.cluster import background, rank_map, replacement, stopping, watchdog
+from jupyter_dist.cluster import background, heartbeat, rank_map, replacement, stopping, watchdog
 from jupyter_dist.cluster import hosts as hostmod
 from jupyter_dist.cluster import preload as preloading
 from jupyter_dist.cluster import zygote as forking
@@ -160,7 +160,8 @@ class EngineCluster:
             n=shape.world_size,
             controller_ip=controller_ip,
             # one broadcast scheduler: its tree's inner links would listen on loopback
-            controller_args=["--IPController.broadcast_scheduler_depth=0"] if remote else [],
+            controller_args=heartbeat.controller_args()
+            + (["--IPController.broadcast_scheduler_depth=0"] if remote else []),
             log_level=40,
             shutdown_atexit=True,
         )

@@ -6,6 +6,7 @@ loaded, else right after its first import. Importing heavy frameworks at set-up 
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -50,12 +51,32 @@ _FINDER = _Finder()
 
 
 def when_imported(name: str, patch: Patch) -> None:
+    """`patch(module)` once `name` is imported whole: now, or right after its import ends.
+
+    Another thread may be importing it at this moment (engine/preload.py imports torch.distributed
+    while the set-up installs its hooks): a module in `sys.modules` but still executing is waited
+    for (its import lock), never patched half-made, where its functions are not defined yet."""
     module = sys.modules.get(name)
     if module is not None:
-        patch(module)
+        _when_done(name, module, [patch])
         return
     pending = _waiting.setdefault(name, [])
     if patch not in pending:
         pending.append(patch)
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
+    if name in sys.modules:  # another thread's import found its loader before the patch was waiting
+        _when_done(name, sys.modules[name], _waiting.pop(name, []))
+
+
+def _when_done(name: str, module: ModuleType, patches: list[Patch]) -> None:
+    if _initializing(module):
+        module = importlib.import_module(name)  # waits while another thread executes it (this thread's
+        # own import, still running, is returned as it is: as before, patched as far as it got)
+    for patch in patches:
+        patch(module)
+
+
+def _initializing(module: ModuleType) -> bool:
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
