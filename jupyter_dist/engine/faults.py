@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from typing import IO
 
 import psutil
@@ -20,6 +21,7 @@ import psutil
 from jupyter_dist.common.files import crash_file, stack_file
 from jupyter_dist.engine.crash_records import usable_folder
 from jupyter_dist.engine.torch_hooks import forget_world
+from jupyter_dist.engine.zygote_stub import STUB_PID_ENV
 
 _open: dict[str, IO[str]] = {}  # the files faulthandler writes to, kept open for it
 
@@ -78,12 +80,41 @@ def abort_collectives(protected_ports: tuple[int, ...] = ()) -> int:
 
 
 def launcher_ports() -> set[int]:
-    """Ports this process's ancestors listen on: the MPI daemon's (PMIx, Open MPI's out-of-band); a rank
-    whose connection to it is shut is ended by Open MPI at its next MPI call. Never a torch peer's."""
-    ports: set[int] = set()
-    for parent in psutil.Process().parents():
+    """Ports the MPI daemon that started this rank listens on (PMIx, Open MPI's out-of-band); a rank
+    whose connection to it is shut is ended by Open MPI at its next MPI call. Never a torch peer's.
+
+    The daemon is an ancestor of this process, or, in a forked engine (engine/zygote.py), of its stub:
+    the engine is the fork server's child, the stub the daemon's. The PMIx server's port named in the
+    environment is counted too, whoever started the rank."""
+    ports = pmix_server_ports(os.environ)
+    for proc in _launcher_side():
         with contextlib.suppress(psutil.Error):
-            ports |= {c.laddr.port for c in parent.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+            ports |= {c.laddr.port for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+    return ports
+
+
+def _launcher_side() -> list[psutil.Process]:
+    """This process's ancestors, then its stub and the stub's ancestors where it was forked."""
+    procs = psutil.Process().parents()
+    stub = os.environ.get(STUB_PID_ENV, "")
+    if stub.isdigit():
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(int(stub))
+            procs += [proc, *proc.parents()]
+    return procs
+
+
+def pmix_server_ports(env: Mapping[str, str]) -> set[int]:
+    """The TCP ports in PMIx's server URIs (`PMIX_SERVER_URI41=prterun-vm-17123@0.0;tcp4://127.0.0.1:55285`)."""
+    ports: set[int] = set()
+    for key, value in env.items():
+        if not key.startswith("PMIX_SERVER_URI"):
+            continue
+        for part in value.replace(",", ";").split(";"):
+            if "://" in part:
+                port = part.rsplit(":", 1)[-1].strip("/")
+                if port.isdigit():
+                    ports.add(int(port))
     return ports
 
 

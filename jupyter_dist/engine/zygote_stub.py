@@ -19,6 +19,9 @@ import time
 
 FORWARDED = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT", "SIGCONT", "SIGABRT")
 CONNECT_WAIT = float(os.environ.get("JUPYTER_DIST_ZYGOTE_WAIT", "180"))
+# set in a forked engine's environment: its stub's pid. mpiexec's daemon is the stub's parent, not the
+# engine's, and a release must know the daemon's ports (engine/faults.py launcher_ports)
+STUB_PID_ENV = "JUPYTER_DIST_STUB_PID"
 _HEAD = struct.Struct("!I")
 
 
@@ -78,7 +81,8 @@ def connect(path: str, wait: float = CONNECT_WAIT) -> socket.socket:
 def main(argv: list[str]) -> None:
     path, args = argv[1], argv[2:]
     sock = connect(path)
-    send_msg(sock, {"argv": args, "env": dict(os.environ), "cwd": os.getcwd()}, [0, 1, 2])
+    send_msg(sock, {"argv": args, "env": {**os.environ, STUB_PID_ENV: str(os.getpid())}, "cwd": os.getcwd()},
+             [0, 1, 2])
     pid = int(recv_msg(sock)["pid"])
 
     def forward(sig: int, _frame: object) -> None:

@@ -5,6 +5,7 @@ kills the child. The child is a small module here (`--run`), not an engine."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import psutil
 import pytest
 
 from jupyter_dist.engine import zygote_stub
+from jupyter_dist.engine.faults import pmix_server_ports
 
 pytestmark = pytest.mark.timeout(90)
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +32,10 @@ if what == "signal":
     os.kill(os.getpid(), int(sys.argv[2]))
 if what == "sleep":
     time.sleep(60)
+if what == "ports":
+    import json
+    from jupyter_dist.engine.faults import launcher_ports
+    print(json.dumps(sorted(launcher_ports())), flush=True)
 """
 
 
@@ -120,3 +126,29 @@ def test_the_server_and_its_children_end_with_the_kernel(tmp_path):
     assert gone(server_pid) and gone(pid)
     p.wait(10)
     assert p.returncode != 0
+
+
+def test_the_daemon_that_started_the_stub_is_the_forked_childs_launcher(server, tmp_path):
+    """A release never shuts a rank's connection to mpiexec's daemon (engine/faults.py launcher_ports): the
+    daemon is the stub's parent, not the forked engine's (whose parent is the server), and its listening
+    port must be protected all the same. Here a stand-in daemon listens on a port and starts the stub."""
+    env = {**os.environ, "PMIX_SERVER_URI41": "prterun-vm-1@0.0;tcp4://127.0.0.1:1"}
+    daemon = subprocess.Popen([sys.executable, "-c", (
+        "import socket, subprocess, sys\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "print(s.getsockname()[1], flush=True)\n"
+        f"sys.exit(subprocess.run([sys.executable, '-I', '-S', {zygote_stub.__file__!r}, {server[0]!r}, 'ports'])"
+        ".returncode)\n")], env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    port = int(daemon.stdout.readline())
+    child_pid(daemon)
+    protected = json.loads(daemon.stdout.readline())
+    assert daemon.wait(30) == 0
+    assert port in protected
+    assert 1 in protected  # the PMIx server's port named in the environment
+
+
+def test_pmix_server_ports_from_the_environment():
+    env = {"PMIX_SERVER_URI41": "prterun-vm-17123@0.0;tcp4://127.0.0.1:55285",
+           "PMIX_SERVER_URI2": "prterun-vm-17123@0.0;tcp6://[::1]:55286", "PMIX_SERVER_TMPDIR": "/tmp/x:1",
+           "PMIX_SERVER_URI21": "garbage"}
+    assert pmix_server_ports(env) == {55285, 55286}
