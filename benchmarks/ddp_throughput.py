@@ -16,8 +16,7 @@ Prints the ratio (goal >= 0.98) and each variant's CPU time per step of a rank (
 thread): the same CPU at a lower rate means the ranks waited for a core. Asserts nothing.
 `--observe` measures the cost of seeing every rank instead (see `observe`; benchmarks/README.md).
 `--busy K` keeps K processes spinning for the whole measurement. Each run's ranks also report every
-thread's CPU, wakeups and time waiting for a core (runnable, not running: schedstat) per second over the
-measured window (`/proc/self/task`), printed per variant.
+thread's CPU and wakeups per second over the measured window (`/proc/self/task`), printed per variant.
 """
 
 from __future__ import annotations
@@ -101,6 +100,7 @@ LIVE_SINK = ("import jupyter_dist; from jupyter_dist.views.live_output import de
              "jupyter_dist.get_session().runner.sink_factory = default_sink")
 RATE = re.compile(r"RATE (\d+) ([0-9.]+) ([0-9.]+) ([0-9.]+)")
 THREADS = re.compile(r"THREADS \d+ (\{.*\})")
+SESSION_SWITCH = "JUPYTER_DIST_OWN_SESSION"  # engine/sessions.py: "0" leaves the engines in the kernel's session
 SWITCH = "JUPYTER_DIST_OBSERVE"  # engine/resources.py: "0" turns the sampling and the collective records off
 OBSERVE = ("import os, jupyter_dist; from jupyter_dist.views.live_output import default_sink; "
            "jupyter_dist.get_session().runner.sink_factory = default_sink; os.environ['" + SWITCH + "'] = '{on}'")
@@ -149,8 +149,8 @@ def start_busy(k: int) -> list[subprocess.Popen]:
 
 
 def run_torchrun(script: Path, args: list[str], nproc: int) -> tuple[float, float, float, dict]:
-    """torchrun from this script's session; its agent starts each worker in a session (scheduler autogroup) of
-    its own (`start_new_session=True`), where `%distrun`'s ranks share the kernel's (benchmarks/README.md)."""
+    """torchrun from this script's session; its agent starts each worker in a session of its own
+    (`start_new_session=True`), as jupyter-dist's engines put themselves (engine/sessions.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_DIST_")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
            "--master_port", str(free_ports(1)[0]), str(script), *args]  # a fixed port can still be held
@@ -206,10 +206,10 @@ def recorder_cost(calls: int = 20000, blocks: int = 9) -> tuple[float, float]:
 
 
 class Kernel:
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
         from jupyter_client.manager import start_new_kernel
 
-        self.km, self.kc = start_new_kernel(kernel_name="python3", env={**os.environ})
+        self.km, self.kc = start_new_kernel(kernel_name="python3", env={**os.environ, **(env or {})})
 
     def run(self, code: str, timeout: float = 600) -> str:
         msg_id = self.kc.execute(code)
@@ -245,6 +245,9 @@ def main() -> None:
                     help=f"instead of torchrun: %%distrun with {SWITCH}=0 (no resource sampling, no collective "
                          "records) against the same with them on, and their CPU cost")
     ap.add_argument("--busy", type=int, default=0, help="K processes spinning on the machine for the whole run")
+    ap.add_argument("--ab-sessions", action="store_true",
+                    help="also run %%distrun in a second kernel whose engines stay in the kernel's session "
+                         f"({SESSION_SWITCH}=0: engine/sessions.py)")
     args = ap.parse_args()
     busy = start_busy(args.busy)
     try:
@@ -263,16 +266,22 @@ def compare(args: argparse.Namespace) -> None:
         script.write_text(TRAIN)
         targs = [str(args.steps), str(args.warmup), str(args.batch), str(args.width)]
         kernel = Kernel()
+        shared: Kernel | None = None
         try:
             kernel.run("%load_ext jupyter_dist")
             line = f"%distrun -f pytorch -N 1 -n {args.nproc} {script} {' '.join(targs)}"
             print("warm-up run (starts the engines)", flush=True)
             kernel.run(line)  # starts the engines and imports torch there: not measured
-            rates: dict[str, list[float]] = {"torchrun": [], "live": [], "text": []}
+            if args.ab_sessions:  # engines left in their kernel's session: the arrangement before engine/sessions.py
+                shared = Kernel({SESSION_SWITCH: "0"})
+                shared.run("%load_ext jupyter_dist")
+                shared.run(line)
+            rates: dict[str, list[float]] = {"torchrun": [], "shared": [], "live": [], "text": []}
             cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in rates}
             per_thread: dict[str, list[dict[str, tuple[float, ...]]]] = {k: [] for k in rates}
             loads: list[float] = []
             kinds = ["torchrun", "live", "text"] if args.ab else ["torchrun", "live"]
+            kinds += ["shared"] if args.ab_sessions else []
             out = ""
             for i in range(args.repeats):
                 order = kinds[i % len(kinds):] + kinds[:i % len(kinds)]  # rotated: no variant always first
@@ -282,8 +291,9 @@ def compare(args: argparse.Namespace) -> None:
                     if kind == "torchrun":
                         rate, c, m, th = run_torchrun(script, targs, args.nproc)
                     else:
-                        kernel.run(LIVE_SINK if kind == "live" else TEXT_SINK)
-                        text = kernel.run(line)
+                        k = shared if kind == "shared" and shared else kernel
+                        k.run(TEXT_SINK if kind == "text" else LIVE_SINK)
+                        text = k.run(line)
                         rate, c, m = parse(text, args.nproc)
                         th = threads_of(text)
                         if kind == "live":
@@ -292,9 +302,11 @@ def compare(args: argparse.Namespace) -> None:
                     cpu[kind].append((c, m))
                     per_thread[kind].append(th)
             summary = out[out.find("jupyter-dist: run summary"):].splitlines()[:1]
-            dist_rates, torchrun_rates, text_rates = rates["live"], rates["torchrun"], rates["text"]
+            dist_rates, torchrun_rates, text_rates, k_rates = rates["live"], rates["torchrun"], rates["text"], rates["shared"]
         finally:
             kernel.close()
+            if shared:
+                shared.close()
     best_d, best_t = max(dist_rates), max(torchrun_rates)
     print(f"DDP {args.nproc} ranks, MLP width {args.width}, batch {args.batch}, {args.steps} steps, "
           f"{os.cpu_count()} cores, {args.busy} busy processes, load average {min(loads):.1f}-{max(loads):.1f}")
@@ -302,6 +314,8 @@ def compare(args: argparse.Namespace) -> None:
     print(f"  %distrun (views):  {', '.join(f'{r:,.0f}' for r in dist_rates)} samples/s")
     if text_rates:
         print(f"  %distrun (text):   {', '.join(f'{r:,.0f}' for r in text_rates)} samples/s")
+    if k_rates:
+        print(f"  %distrun, engines in the kernel's session: {', '.join(f'{r:,.0f}' for r in k_rates)} samples/s")
     if summary:
         print(f"  its notebook summary: {summary[0]}")
     paired = [d / t for d, t in zip(dist_rates, torchrun_rates, strict=True)]
@@ -309,11 +323,18 @@ def compare(args: argparse.Namespace) -> None:
           f"(rounds {', '.join(f'{r:.3f}' for r in paired)}; goal >= 0.98); "
           f"ratio of medians {statistics.median(dist_rates) / statistics.median(torchrun_rates):.3f}, "
           f"of bests {best_d / best_t:.3f}")
+    if k_rates:
+        own = [d / t for d, t in zip(dist_rates, k_rates, strict=True)]
+        tk = [k / t for k, t in zip(k_rates, torchrun_rates, strict=True)]
+        print(f"ratio own sessions/kernel's session: median of the rounds' ratios {statistics.median(own):.3f} "
+              f"(rounds {', '.join(f'{r:.3f}' for r in own)}); engines in the kernel's session/torchrun: "
+              f"{statistics.median(tk):.3f} (rounds {', '.join(f'{r:.3f}' for r in tk)})")
     if text_rates:
         print(f"ratio views on/off: median {statistics.median(dist_rates) / statistics.median(text_rates):.3f}; "
               f"text sink/torchrun: median {statistics.median(text_rates) / statistics.median(torchrun_rates):.3f}")
     # what each rank spent per step: the same CPU with a lower rate means waiting for a core, not our work
-    for kind, label in (("torchrun", "torchrun"), ("live", "%distrun (views)"), ("text", "%distrun (text)")):
+    for kind, label in (("torchrun", "torchrun"), ("shared", "%distrun (kernel's session)"), ("live", "%distrun (views)"),
+                        ("text", "%distrun (text)")):
         if cpu[kind]:
             c = statistics.median(x[0] for x in cpu[kind])
             m = statistics.median(x[1] for x in cpu[kind])

@@ -32,6 +32,7 @@ from jupyter_dist.engine import (
 )
 from jupyter_dist.engine.faults import arm_stack_files
 from jupyter_dist.engine.publish import publish
+from jupyter_dist.engine.sessions import own_session
 from jupyter_dist.engine.torch_hooks import sync_torch_threads
 
 _MISSING = object()
@@ -86,6 +87,7 @@ def setup(envs_by_rank: dict[int, dict[str, str]], hooks: tuple[Callable[[], Non
     """Apply this rank's environment and the framework's hooks; one round trip per change."""
     rank = my_rank()
     apply_env(envs_by_rank[rank])
+    own_session()  # a scheduler autogroup per rank, as torchrun's workers have (engine/sessions.py)
     if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
         os.chdir(cwd)
     if cwd and cwd not in sys.path:
