@@ -7,6 +7,9 @@ sessions first. torchrun started under `setsid` trained DDP about 4% slower here
 started from the caller's session; for `%distrun` the change measured within this machine's noise
 (benchmarks/README.md). A process group of their own still keeps them out of the signals a kernel's
 group gets (an interrupt, a kill of the kernel's group), which is what the new session was for.
+Each rank's engine then moves itself into a session of its own at set-up (engine/sessions.py), as
+torchrun's workers are: on a loaded machine the ranks of one session trained DDP 0.71x torchrun, 0.98x in
+sessions of their own; the controller and mpiexec stay here.
 
 `JUPYTER_DIST_ENGINE_SESSION=own` in the kernel's environment leaves ipyparallel's new sessions as they are
 (benchmarks/README.md: the kernel's one autogroup against ipyparallel's three when other sessions load the
