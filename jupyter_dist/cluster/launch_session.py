@@ -10,22 +10,15 @@ group gets (an interrupt, a kill of the kernel's group), which is what the new s
 Each rank's engine then moves itself into a session of its own at set-up (engine/sessions.py), as
 torchrun's workers are: on a loaded machine the ranks of one session trained DDP 0.71x torchrun, 0.98x in
 sessions of their own; the controller and mpiexec stay here.
-
-`JUPYTER_DIST_ENGINE_SESSION=own` in the kernel's environment leaves ipyparallel's new sessions as they are
-(benchmarks/README.md: the kernel's one autogroup against ipyparallel's three when other sessions load the
-machine).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
 from jupyter_dist.common.process_group import own_group
-
-SESSION_SWITCH = "JUPYTER_DIST_ENGINE_SESSION"  # "own": the controller and engines in sessions of their own
 
 
 @contextlib.contextmanager
@@ -34,7 +27,7 @@ def in_this_session() -> Iterator[None]:
     from ipyparallel.cluster import launcher
 
     original = getattr(launcher, "Popen", None)
-    if original is None or os.environ.get(SESSION_SWITCH) == "own":  # another ipyparallel, or asked: as they are
+    if original is None:  # another ipyparallel: leave its launchers as they are
         yield
         return
 

@@ -15,6 +15,16 @@ from traitlets import Bool, Float, Int, Unicode, default
 from traitlets.config import Configurable
 
 
+def _env_bool(name: str, fallback: bool) -> bool:
+    """1/true/yes/on or 0/false/no/off (any case); anything else, or unset, is `fallback`."""
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    return fallback
+
+
 def _env_float(name: str, fallback: float) -> float:
     try:
         return float(os.environ[name])
@@ -89,11 +99,11 @@ class DistSettings(Configurable):
 
     @default("background_start")
     def _background_start(self) -> bool:
-        return os.environ.get("JUPYTER_DIST_BACKGROUND_START", "0").strip().lower() in ("1", "true", "yes", "on")
+        return _env_bool("JUPYTER_DIST_BACKGROUND_START", False)
 
     @default("fork_engines")
     def _fork_engines(self) -> bool:
-        return os.environ.get("JUPYTER_DIST_FORK_ENGINES", "1").strip().lower() not in ("0", "false", "no", "off")
+        return _env_bool("JUPYTER_DIST_FORK_ENGINES", True)
 
     @default("keep_folders")
     def _keep_folders(self) -> int:
