@@ -248,7 +248,12 @@ def main() -> None:
     ap.add_argument("--ab-sessions", action="store_true",
                     help="also run %%distrun in a second kernel whose engines stay in the kernel's session "
                          f"({SESSION_SWITCH}=0: engine/sessions.py)")
+    ap.add_argument("--alt-env", action="append", default=[], metavar="K=V",
+                    help="also run %%distrun in a second kernel started with this environment (repeatable)")
+    ap.add_argument("--alt-flags", default="", help="... and with these %%distrun flags added (e.g. '--launcher local')")
     args = ap.parse_args()
+    if args.ab_sessions:
+        args.alt_env.append(f"{SESSION_SWITCH}=0")
     busy = start_busy(args.busy)
     try:
         observe(args) if args.observe else compare(args)
@@ -272,16 +277,20 @@ def compare(args: argparse.Namespace) -> None:
             line = f"%distrun -f pytorch -N 1 -n {args.nproc} {script} {' '.join(targs)}"
             print("warm-up run (starts the engines)", flush=True)
             kernel.run(line)  # starts the engines and imports torch there: not measured
-            if args.ab_sessions:  # engines left in their kernel's session: the arrangement before engine/sessions.py
-                shared = Kernel({SESSION_SWITCH: "0"})
+            alt = bool(args.alt_env or args.alt_flags)
+            # flags of the second kernel's runs, e.g. `-f torchrun` (in place of `-f pytorch`) or `--launcher local`
+            alt_line = line.replace("-f pytorch", "") if re.search(r"(^| )(-f|--framework)[ =]", args.alt_flags) else line
+            alt_line = alt_line.replace("%distrun ", f"%distrun {args.alt_flags} ", 1) if args.alt_flags else alt_line
+            if alt:  # e.g. engines left in their kernel's session (--ab-sessions): the arrangement before engine/sessions.py
+                shared = Kernel(dict(kv.split("=", 1) for kv in args.alt_env))
                 shared.run("%load_ext jupyter_dist")
-                shared.run(line)
+                shared.run(alt_line)
             rates: dict[str, list[float]] = {"torchrun": [], "shared": [], "live": [], "text": []}
             cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in rates}
             per_thread: dict[str, list[dict[str, tuple[float, ...]]]] = {k: [] for k in rates}
             loads: list[float] = []
             kinds = ["torchrun", "live", "text"] if args.ab else ["torchrun", "live"]
-            kinds += ["shared"] if args.ab_sessions else []
+            kinds += ["shared"] if alt else []
             out = ""
             for i in range(args.repeats):
                 order = kinds[i % len(kinds):] + kinds[:i % len(kinds)]  # rotated: no variant always first
@@ -293,7 +302,7 @@ def compare(args: argparse.Namespace) -> None:
                     else:
                         k = shared if kind == "shared" and shared else kernel
                         k.run(TEXT_SINK if kind == "text" else LIVE_SINK)
-                        text = k.run(line)
+                        text = k.run(alt_line if kind == "shared" else line)
                         rate, c, m = parse(text, args.nproc)
                         th = threads_of(text)
                         if kind == "live":
@@ -315,7 +324,7 @@ def compare(args: argparse.Namespace) -> None:
     if text_rates:
         print(f"  %distrun (text):   {', '.join(f'{r:,.0f}' for r in text_rates)} samples/s")
     if k_rates:
-        print(f"  %distrun, engines in the kernel's session: {', '.join(f'{r:,.0f}' for r in k_rates)} samples/s")
+        print(f"  %distrun, second kernel ({' '.join(args.alt_env)} {args.alt_flags}): {', '.join(f'{r:,.0f}' for r in k_rates)} samples/s")
     if summary:
         print(f"  its notebook summary: {summary[0]}")
     paired = [d / t for d, t in zip(dist_rates, torchrun_rates, strict=True)]
@@ -326,14 +335,14 @@ def compare(args: argparse.Namespace) -> None:
     if k_rates:
         own = [d / t for d, t in zip(dist_rates, k_rates, strict=True)]
         tk = [k / t for k, t in zip(k_rates, torchrun_rates, strict=True)]
-        print(f"ratio own sessions/kernel's session: median of the rounds' ratios {statistics.median(own):.3f} "
-              f"(rounds {', '.join(f'{r:.3f}' for r in own)}); engines in the kernel's session/torchrun: "
+        print(f"ratio first kernel/second kernel: median of the rounds' ratios {statistics.median(own):.3f} "
+              f"(rounds {', '.join(f'{r:.3f}' for r in own)}); second kernel/torchrun: "
               f"{statistics.median(tk):.3f} (rounds {', '.join(f'{r:.3f}' for r in tk)})")
     if text_rates:
         print(f"ratio views on/off: median {statistics.median(dist_rates) / statistics.median(text_rates):.3f}; "
               f"text sink/torchrun: median {statistics.median(text_rates) / statistics.median(torchrun_rates):.3f}")
     # what each rank spent per step: the same CPU with a lower rate means waiting for a core, not our work
-    for kind, label in (("torchrun", "torchrun"), ("shared", "%distrun (kernel's session)"), ("live", "%distrun (views)"),
+    for kind, label in (("torchrun", "torchrun"), ("shared", "%distrun (second kernel)"), ("live", "%distrun (views)"),
                         ("text", "%distrun (text)")):
         if cpu[kind]:
             c = statistics.median(x[0] for x in cpu[kind])

@@ -21,6 +21,7 @@ from jupyter_dist.common.channel import METRICS_LINE_PREFIX
 from jupyter_dist.plan.layout import RankPlace
 from jupyter_dist.run.display import RunDisplay
 from jupyter_dist.run.output import OutputSink, RankLogs, TextSink, any_starts, shown_data
+from jupyter_dist.views.kept_threads import VIEW_THREADS
 from jupyter_dist.views.live import RunView, in_kernel
 from jupyter_dist.views.ranks import ALL, OutputModel, render_html, transcript_parts
 from jupyter_dist.views.resources_view import resources_svg
@@ -60,7 +61,7 @@ class LiveTextSink(TextSink):
         self._showing = False  # the view was made (or its making failed) for this run
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._loops: list[threading.Event] = []  # set once each timer loop of this run has returned
         self._t0 = time.monotonic()
         self._chart_at = 0.0
         self._chart_cost = 0.0
@@ -91,14 +92,12 @@ class LiveTextSink(TextSink):
         with contextlib.suppress(Exception):  # a view glitch must never stop the run (shown from its loop)
             self.view = RunView(self._shown_ranks, "jupyter-dist: live output of the ranks")
         if self.view is not None and self.view.active:
-            # text and chart on their own threads: a chart takes 0.1-2 s to draw on a busy machine
-            # (the first one imports matplotlib), and the text must keep streaming meanwhile. At the normal
-            # priority: a thread at nice 19 that the OS preempts while it holds the GIL holds it until its next
-            # time slice, on busy cores 0.1-0.4 s, and the main thread and the sidebar's subshell wait for it
-            self._threads = [threading.Thread(target=self._text_loop, name="jupyter-dist-view", daemon=True),
-                             threading.Thread(target=self._chart_loop, name="jupyter-dist-chart", daemon=True)]
-            for t in self._threads:
-                t.start()
+            # text and chart on threads of their own: a chart takes 0.1-2 s to draw on a busy machine
+            # (the first one imports matplotlib), and the text must keep streaming meanwhile. Threads kept
+            # from run to run (views/kept_threads.py), at the normal priority: a thread at nice 19 that the OS
+            # preempts while it holds the GIL holds it until its next time slice, on busy cores 0.1-0.4 s,
+            # and the main thread and the sidebar's subshell wait for it
+            self._loops = [VIEW_THREADS.run(self._text_loop), VIEW_THREADS.run(self._chart_loop)]
 
     def tick(self, elapsed: float) -> None:
         if self.view is None and elapsed >= self.SHOW_AFTER_S:
@@ -214,8 +213,8 @@ class LiveTextSink(TextSink):
             self._frozen = False
             gc.unfreeze()
         self._stop.set()
-        for t in self._threads:
-            t.join(5)
+        for done in self._loops:
+            done.wait(5)
         with self._lock:
             if self.view is not None:
                 self.view.close()

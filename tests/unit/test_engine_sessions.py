@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,34 @@ def test_a_leader_whose_parent_left_for_another_session_keeps_its_own_group():
     out = subprocess.run([sys.executable, "-c", middle], capture_output=True, text=True, timeout=30, check=True)
     moved, pid, sid, pgid, _ = json.loads(out.stdout)
     assert not moved and pgid == pid and sid != pid
+
+
+def test_a_node_with_more_ranks_than_two_a_core_shares_their_weight_out():
+    from jupyter_dist.engine.sessions import WEIGHTS, share_nice
+
+    assert [share_nice(r, 2) for r in (1, 4, 5, 8, 16, 32, 64)] == [0, 0, 1, 3, 6, 9, 12]
+    assert share_nice(32, 16) == 0 and share_nice(1000, 1) == 19
+    for ranks in (8, 32, 128):  # all the ranks together weigh about as much as 2 sessions a core (here 2 cores)
+        assert 0.75 < ranks * WEIGHTS[share_nice(ranks, 2)] / (4 * WEIGHTS[0]) < 1.25
+
+
+NICE_PROBE = ("import os, time; from jupyter_dist.engine.sessions import own_session; own_session(); "
+              "end = time.monotonic() + 20\n"
+              "while time.monotonic() < end and ' nice 0' in open('/proc/self/autogroup').read() and "
+              "os.environ['LOCAL_WORLD_SIZE'] != '1':\n    time.sleep(0.05)\n"
+              "print(open('/proc/self/autogroup').read().split()[-1])")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="a Linux kernel without scheduler autogroups")
+def test_an_engine_of_a_crowded_node_lowers_its_own_autogroup_weight_and_not_the_kernels():
+    from jupyter_dist.engine.sessions import share_nice
+
+    crowded = 16 * len(os.sched_getaffinity(0))
+    mine = Path("/proc/self/autogroup").read_text()
+    got = {}
+    for ranks in (1, crowded):
+        out = subprocess.run([sys.executable, "-c", NICE_PROBE], capture_output=True, text=True, timeout=40,
+                             check=True, env={**os.environ, "LOCAL_WORLD_SIZE": str(ranks)}, **own_group())
+        got[ranks] = int(out.stdout)
+    assert got == {1: 0, crowded: share_nice(crowded, len(os.sched_getaffinity(0)))} and got[crowded] > 0
+    assert Path("/proc/self/autogroup").read_text() == mine  # this session's (the test's) untouched

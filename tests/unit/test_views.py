@@ -267,15 +267,15 @@ def test_live_sink_shows_its_view_on_output_or_once_the_run_outlives_a_short_cel
     quiet = make()  # a warm `x = 1`: no output, done within SHOW_AFTER_S
     quiet.tick(0.05)
     quiet.finish()
-    assert FakeView.instances == [] and quiet._threads == [] and capsys.readouterr().out == ""
+    assert FakeView.instances == [] and quiet._loops == [] and capsys.readouterr().out == ""
     slow = make()  # a run that prints nothing for a while: the view once it outlives SHOW_AFTER_S
     slow.tick(slow.SHOW_AFTER_S / 2)
     assert FakeView.instances == []
     slow.tick(slow.SHOW_AFTER_S)
     slow.tick(slow.SHOW_AFTER_S * 2)
-    assert len(FakeView.instances) == 1 and len(slow._threads) == 2
+    assert len(FakeView.instances) == 1 and len(slow._loops) == 2
     slow.finish()
-    assert FakeView.instances[0].closed and not any(t.is_alive() for t in slow._threads)
+    assert FakeView.instances[0].closed and all(done.is_set() for done in slow._loops)
     printing = make()  # the first line shows it at once
     printing.lines(1, "stdout", ["hello"])
     printing.lines(0, "stdout", ["again"])
