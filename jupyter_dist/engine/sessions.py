@@ -12,12 +12,14 @@ engines by process group (prterun, `EngineCluster.stop`, the watchdog by pid) st
 to the kernel's group never reached them before either. `JUPYTER_DIST_OWN_SESSION=0` in the environment
 keeps them where they are (for measuring the difference: benchmarks/ddp_throughput.py `--ab-sessions`).
 
-A session each also means that 32 busy ranks on 2 cores got 32 shares to the notebook kernel's one: during
-a 32-rank burst of output the kernel (its sidebar's subshell, its widgets) waited 0.3-0.9 s at a time.
-So where a node runs more than SESSIONS_PER_CORE ranks per core, each engine lowers its autogroup's weight
-(its nice, which a process may raise without privileges) until the node's ranks together weigh about as
-much as that many ordinary sessions: the kernel keeps at least 1/(2 x cores + 1) of a node whose every rank
-is busy, and up to 2 ranks per core nothing changes (DDP against other users' processes keeps its share).
+A session each also means that 32 busy ranks on 2 cores got 32 equal shares to the notebook kernel's one:
+during a 32-rank burst of output the kernel (its sidebar's subshell, its widgets) waited 0.3-0.9 s at a time.
+So where a node runs more than SESSIONS_PER_CORE ranks per core, each engine raises its autogroup's nice (a
+process may, without privileges) to CROWDED_NICE. A little weight is what the kernel's wake-ups need (the
+scheduler runs the earliest virtual deadline, and a lighter session's comes later): at 32 ranks on 2 cores the
+subshell's worst wait fell from 0.3-0.9 s to 36-86 ms at nice 3 and 22-38 ms at nice 9, while at nice 1 0.35-0.44 s
+remained (nice 2: up to 0.24 s); more costs a warm cell's round trip to every rank (`x = 1`, 32 ranks: 75 / 80 / 86 ms at nice 0 / 3 /
+9). Up to 2 ranks a core nothing changes (DDP against other users' processes keeps its share).
 """
 
 from __future__ import annotations
@@ -31,8 +33,7 @@ import time
 
 SWITCH = "JUPYTER_DIST_OWN_SESSION"
 SESSIONS_PER_CORE = 2
-# the scheduler's weight of each nice level 0..19 (Linux's sched_prio_to_weight); an autogroup's nice sets its weight
-WEIGHTS = (1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15)
+CROWDED_NICE = 3  # weight 526 of a normal session's 1024
 AUTOGROUP = "/proc/self/autogroup"
 RETRY_FOR_S = 15.0  # without CAP_SYS_ADMIN, Linux takes one autogroup nice change per 0.1 s, machine-wide
 
@@ -71,13 +72,9 @@ def ranks_on_node() -> int:
 
 
 def share_nice(ranks: int, cores: int) -> int:
-    """The autogroup nice of each of a node's `ranks` engines: 0 up to SESSIONS_PER_CORE x `cores` ranks;
-    beyond, the level whose weight is nearest to that many sessions' weight shared out among the ranks."""
-    sessions = SESSIONS_PER_CORE * max(cores, 1)
-    if ranks <= sessions:
-        return 0
-    target = WEIGHTS[0] * sessions / ranks
-    return min(range(len(WEIGHTS)), key=lambda nice: abs(WEIGHTS[nice] - target))
+    """The autogroup nice of each of a node's `ranks` engines: 0 up to SESSIONS_PER_CORE x `cores` ranks,
+    CROWDED_NICE beyond."""
+    return CROWDED_NICE if ranks > SESSIONS_PER_CORE * max(cores, 1) else 0
 
 
 def set_autogroup_nice(nice: int) -> None:
