@@ -14,7 +14,7 @@ keeps them where they are (for measuring the difference: benchmarks/ddp_throughp
 
 A session each also means that 32 busy ranks on 2 cores got 32 equal shares to the notebook kernel's one:
 during a 32-rank burst of output the kernel (its sidebar's subshell, its widgets) waited 0.3-0.9 s at a time.
-So where a node runs more than SESSIONS_PER_CORE ranks per core, each engine raises its autogroup's nice (a
+So where a node runs more than RANKS_PER_CORE ranks per core, each engine raises its autogroup's nice (a
 process may, without privileges) to CROWDED_NICE. A little weight is what the kernel's wake-ups need (the
 scheduler runs the earliest virtual deadline, and a lighter session's comes later): at 32 ranks on 2 cores the
 subshell's worst wait fell from 0.3-0.9 s to 36-86 ms at nice 3 and 22-38 ms at nice 9, while at nice 1 0.35-0.44 s
@@ -32,7 +32,7 @@ import threading
 import time
 
 SWITCH = "JUPYTER_DIST_OWN_SESSION"
-SESSIONS_PER_CORE = 2
+RANKS_PER_CORE = 2  # beyond this many ranks a core a node is crowded
 CROWDED_NICE = 3  # weight 526 of a normal session's 1024
 AUTOGROUP = "/proc/self/autogroup"
 RETRY_FOR_S = 15.0  # without CAP_SYS_ADMIN, Linux takes one autogroup nice change per 0.1 s, machine-wide
@@ -56,7 +56,7 @@ def own_session() -> bool:
             with contextlib.suppress(OSError):
                 os.setpgid(0, 0)
         return False
-    nice = share_nice(ranks_on_node(), len(os.sched_getaffinity(0)))
+    nice = engine_nice(ranks_on_node(), len(os.sched_getaffinity(0)))
     if nice:
         set_autogroup_nice(nice)
     return True
@@ -71,10 +71,10 @@ def ranks_on_node() -> int:
     return 1
 
 
-def share_nice(ranks: int, cores: int) -> int:
-    """The autogroup nice of each of a node's `ranks` engines: 0 up to SESSIONS_PER_CORE x `cores` ranks,
+def engine_nice(ranks: int, cores: int) -> int:
+    """The autogroup nice of each of a node's `ranks` engines: 0 up to RANKS_PER_CORE x `cores` ranks,
     CROWDED_NICE beyond."""
-    return CROWDED_NICE if ranks > SESSIONS_PER_CORE * max(cores, 1) else 0
+    return CROWDED_NICE if ranks > RANKS_PER_CORE * max(cores, 1) else 0
 
 
 def set_autogroup_nice(nice: int) -> None:

@@ -62,10 +62,10 @@ def test_a_leader_whose_parent_left_for_another_session_keeps_its_own_group():
 
 
 def test_a_node_with_more_ranks_than_two_a_core_lowers_their_weight():
-    from jupyter_dist.engine.sessions import CROWDED_NICE, share_nice
+    from jupyter_dist.engine.sessions import CROWDED_NICE, engine_nice
 
-    assert [share_nice(r, 2) for r in (1, 4, 5, 8, 32, 64)] == [0, 0] + [CROWDED_NICE] * 4
-    assert share_nice(32, 16) == 0 and share_nice(33, 16) == CROWDED_NICE > 0 and share_nice(3, 0) == CROWDED_NICE
+    assert [engine_nice(r, 2) for r in (1, 4, 5, 8, 32, 64)] == [0, 0] + [CROWDED_NICE] * 4
+    assert engine_nice(32, 16) == 0 and engine_nice(33, 16) == CROWDED_NICE > 0 and engine_nice(3, 0) == CROWDED_NICE
 
 
 NICE_PROBE = ("import os, time; from jupyter_dist.engine.sessions import own_session; own_session(); "
@@ -77,7 +77,7 @@ NICE_PROBE = ("import os, time; from jupyter_dist.engine.sessions import own_ses
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="a Linux kernel without scheduler autogroups")
 def test_an_engine_of_a_crowded_node_lowers_its_own_autogroup_weight_and_not_the_kernels():
-    from jupyter_dist.engine.sessions import share_nice
+    from jupyter_dist.engine.sessions import engine_nice
 
     crowded = 16 * len(os.sched_getaffinity(0))
     mine = Path("/proc/self/autogroup").read_text()
@@ -86,5 +86,5 @@ def test_an_engine_of_a_crowded_node_lowers_its_own_autogroup_weight_and_not_the
         out = subprocess.run([sys.executable, "-c", NICE_PROBE], capture_output=True, text=True, timeout=40,
                              check=True, env={**os.environ, "LOCAL_WORLD_SIZE": str(ranks)}, **own_group())
         got[ranks] = int(out.stdout)
-    assert got == {1: 0, crowded: share_nice(crowded, len(os.sched_getaffinity(0)))} and got[crowded] > 0
+    assert got == {1: 0, crowded: engine_nice(crowded, len(os.sched_getaffinity(0)))} and got[crowded] > 0
     assert Path("/proc/self/autogroup").read_text() == mine  # this session's (the test's) untouched
