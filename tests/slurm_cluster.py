@@ -255,7 +255,10 @@ class SlurmCluster:
         for name in ("slurmctld.pid", "munged.pid"):
             _stop_pidfile(self.dir / name)
         if self.namespaces:
-            for ns in self.names:
+            for i, ns in enumerate(self.names):
+                # the veth first: deleting it removes both ends now, where a deleted namespace frees its end
+                # later, and the next cluster of this process (same tag) failed to add the same name meanwhile
+                _ip("link", "del", f"{self.tag}v{i}", check=False)
                 _ip("netns", "del", ns, check=False)
                 shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
             with contextlib.suppress(OSError):

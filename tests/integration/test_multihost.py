@@ -136,7 +136,8 @@ class TwoHosts:
         for p in procs:
             p.kill()
         psutil.wait_procs(procs, timeout=10)
-        for ns in self.names:
+        for i, ns in enumerate(self.names):
+            _ip("link", "del", f"{TAG}v{i}", check=False)  # both veth ends now (as tests/slurm_cluster.py)
             _ip("netns", "del", ns, check=False)
         _ip("link", "del", self.bridge, check=False)
 
