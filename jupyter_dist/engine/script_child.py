@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 
-from jupyter_dist.engine import metrics, stdin_relay, worker_collectives
+from jupyter_dist.engine import gloo_loop, metrics, stdin_relay, worker_collectives
 from jupyter_dist.engine.frameworks.patch import when_imported
 from jupyter_dist.engine.script import run_script
 
@@ -24,6 +24,7 @@ def main(argv: list[str]) -> None:
     script, *args = argv
     when_imported("torch", _hook_torch)
     worker_collectives.serve()  # its collectives recorded, and answered for on the engine's asking
+    gloo_loop.install()  # as in the engine: gloo's loop threads behind the training on a crowded node
     stdin_relay.install_in_child()
     run_script(script, args)
 

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from jupyter_dist.common.channel import relabel
 from jupyter_dist.common.process_group import own_group, read_lines, stop_group
-from jupyter_dist.engine import worker_collectives, workers
+from jupyter_dist.engine import gloo_loop, worker_collectives, workers
 from jupyter_dist.engine.frameworks.torchrun_command import AGENT, CELL_SCRIPT, ROLE, torchrun_command
 from jupyter_dist.engine.script import run_script
 
@@ -222,6 +222,7 @@ def worker_main(argv: list[str]) -> None:
     the script's own frames on, and leave it in torchrun's error file for the agent."""
     script, *args = argv
     worker_collectives.serve()  # its collectives recorded, and answered for on its engine's asking
+    gloo_loop.install()  # gloo's loop threads behind the training on a crowded node (engine/gloo_loop.py)
     for stream in (sys.stdout, sys.stderr):  # one write per line: torchrun's tee reads the files by line,
         with contextlib.suppress(AttributeError, ValueError):  # and a line written in pieces came out split
             stream.reconfigure(line_buffering=True, write_through=False)
