@@ -158,6 +158,28 @@ def _flush_before_dying() -> None:
     os._exit = _exit
 
 
+def has_unsent(pending: Any) -> bool:
+    """Whether ipykernel's buffers of unsent text (by parent message) hold any; True where unsure.
+
+    The I/O thread swaps and closes these buffers as it sends them, while the cell's thread looks:
+    a buffer closed in between is text being sent (`tell` raises ValueError). This runs inside ipykernel's
+    `execute_request`, whose reply is never sent when its flush raises: the cell then waited forever
+    for that rank (a 32-rank burst, one run in a few hundred)."""
+    if pending is None:
+        return True
+    try:
+        buffers = list(pending.values())
+    except RuntimeError:  # changed while listed
+        return True
+    for buffer in buffers:
+        try:
+            if buffer.tell():
+                return True
+        except ValueError:  # closed by the I/O thread as it sent it
+            return True
+    return False
+
+
 def _flush_until_sent(stream: Any) -> None:
     """Make `stream.flush()` return only once its message is on the iopub socket.
 
@@ -170,8 +192,7 @@ def _flush_until_sent(stream: Any) -> None:
     flush = stream.flush
 
     def flush_sent() -> None:
-        pending = getattr(stream, "_buffers", None)  # ipykernel's text not yet sent, by parent message
-        wrote = pending is None or any(b.tell() for b in list(pending.values()))
+        wrote = has_unsent(getattr(stream, "_buffers", None))  # ipykernel's text not yet sent, by parent
         flush()
         if not wrote:  # nothing to wait for (ipykernel flushes after every cell)
             return
