@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jupyter_dist.common.crowding import crowded
 from jupyter_dist.common.process_group import own_group
 from jupyter_dist.engine import zygote_stub
 from jupyter_dist.plan.settings import settings
 
 _SOCKET_MAX = 100  # a unix socket's path is limited to 107 bytes on Linux
+CROWDED_SESSION = "JUPYTER_DIST_CROWDED_SESSION"  # "0": a crowded node's server in the kernel's session too
 
 
 @dataclass
@@ -67,8 +69,14 @@ def socket_folder(profile_dir: Path) -> Path:
     return folder
 
 
-def start(profile_dir: Path, env: dict[str, str], modules: tuple[str, ...]) -> ForkServer:
-    """Start the server with the engines' environment; it imports while mpiexec starts (the stubs wait)."""
+def start(profile_dir: Path, env: dict[str, str], modules: tuple[str, ...], session: bool = False) -> ForkServer:
+    """Start the server with the engines' environment; it imports while mpiexec starts (the stubs wait).
+
+    `session`: in a session of its own, which the engines it forks keep where the node is crowded
+    (engine/sessions.py): all the node's ranks then weigh one session beside the kernel's, as
+    ipyparallel's engines do (`JUPYTER_DIST_CROWDED_SESSION=0` in the kernel's environment: never,
+    for measuring the difference). Else a group of its own in the kernel's session (the kernel's
+    interrupts are not its); the engines then take sessions of their own."""
     folder = socket_folder(profile_dir)
     sock = str(folder / "s")
     log = open(folder / "zygote.log", "ab")  # noqa: SIM115 - the child holds it; closed below
@@ -79,9 +87,7 @@ def start(profile_dir: Path, env: dict[str, str], modules: tuple[str, ...]) -> F
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            # a group of its own (the kernel's interrupts are not its), in the kernel's session: a new
-            # session is a scheduler autogroup of its own, which starved the controller's heartbeats
-            **own_group(),
+            **({"start_new_session": True} if session else own_group()),
         )
     finally:
         log.close()
@@ -92,6 +98,7 @@ def configure(cluster: Any, profile_dir: Path, modules: tuple[str, ...]) -> Fork
     """Start a server for an unstarted `ipyparallel.Cluster` and make mpiexec start stubs."""
     conf = cluster.config.MPIEngineSetLauncher
     env = dict(conf.environment) if "environment" in conf else {}
-    server = start(profile_dir, env, modules)
+    apart = os.environ.get(CROWDED_SESSION) != "0" and crowded(cluster.n, len(os.sched_getaffinity(0)))
+    server = start(profile_dir, env, modules, session=apart)
     conf.engine_cmd = server.stub_cmd()
     return server

@@ -14,12 +14,16 @@ keeps them where they are (for measuring the difference: benchmarks/ddp_throughp
 
 A session each also means that 32 busy ranks on 2 cores got 32 equal shares to the notebook kernel's one:
 during a 32-rank burst of output the kernel (its sidebar's subshell, its widgets) waited 0.3-0.9 s at a time.
-So where a node runs more than RANKS_PER_CORE ranks per core, each engine raises its autogroup's nice (a
-process may, without privileges) to CROWDED_NICE. A little weight is what the kernel's wake-ups need (the
-scheduler runs the earliest virtual deadline, and a lighter session's comes later): at 32 ranks on 2 cores the
-subshell's worst wait fell from 0.3-0.9 s to 36-86 ms at nice 3 and 22-38 ms at nice 9, while at nice 1 0.35-0.44 s
-remained (nice 2: up to 0.24 s); more costs a warm cell's round trip to every rank (`x = 1`, 32 ranks: 75 / 80 / 86 ms at nice 0 / 3 /
-9). Up to 2 ranks a core nothing changes (DDP against other users' processes keeps its share).
+So on a crowded node (more than RANKS_PER_CORE ranks a core, common/crowding.py) the ranks share one session,
+as ipyparallel's engines do: the kernel starts the node's fork server in a session of its own
+(cluster/zygote.py) and each engine forked from it stays there, so all the node's ranks together weigh
+what the kernel's session weighs (a subshell's worst wait during a 32-rank burst 64-93 ms, median 5-6 ms,
+where sessions of their own at nice 3 gave 0.2-0.7 s, median 9-23 ms; a warm `x = 1` unchanged,
+benchmarks/README.md "Fifteenth session"). Where no such session holds them (engines started by mpiexec
+itself: other launchers, other hosts), a crowded node's engines still take sessions of their own, each
+at autogroup nice CROWDED_NICE (a process may raise it without privileges): a little weight is what the
+kernel's wake-ups need (the scheduler runs the earliest virtual deadline, and a lighter session's comes
+later). Up to 2 ranks a core nothing changes (DDP against other users' processes keeps its share).
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ import random
 import threading
 import time
 
+from jupyter_dist.common.crowding import crowded
+
 SWITCH = "JUPYTER_DIST_OWN_SESSION"
-RANKS_PER_CORE = 2  # beyond this many ranks a core a node is crowded
 CROWDED_NICE = 3  # weight 526 of a normal session's 1024
 AUTOGROUP = "/proc/self/autogroup"
 RETRY_FOR_S = 15.0  # without CAP_SYS_ADMIN, Linux takes one autogroup nice change per 0.1 s, machine-wide
@@ -46,6 +51,9 @@ def own_session() -> bool:
     pid = os.getpid()
     if os.environ.get(SWITCH) == "0" or os.getsid(0) == pid:
         return False
+    crowd = crowded(ranks_on_node(), len(os.sched_getaffinity(0)))
+    if crowd and os.getsid(0) == os.getppid():
+        return False  # the crowded node's ranks share the session their parent leads (the fork server's)
     leader = os.getpgid(0) == pid
     try:
         if leader:
@@ -56,9 +64,8 @@ def own_session() -> bool:
             with contextlib.suppress(OSError):
                 os.setpgid(0, 0)
         return False
-    nice = engine_nice(ranks_on_node(), len(os.sched_getaffinity(0)))
-    if nice:
-        set_autogroup_nice(nice)
+    if crowd:
+        set_autogroup_nice(CROWDED_NICE)
     return True
 
 
@@ -69,12 +76,6 @@ def ranks_on_node() -> int:
         if value.isdigit() and int(value) > 0:
             return int(value)
     return 1
-
-
-def engine_nice(ranks: int, cores: int) -> int:
-    """The autogroup nice of each of a node's `ranks` engines: 0 up to RANKS_PER_CORE x `cores` ranks,
-    CROWDED_NICE beyond."""
-    return CROWDED_NICE if ranks > RANKS_PER_CORE * max(cores, 1) else 0
 
 
 def set_autogroup_nice(nice: int) -> None:

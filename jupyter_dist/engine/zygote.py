@@ -56,7 +56,7 @@ def become_engine(request: dict, fds: list[int], run: str = ENGINE) -> None:
     """In the forked child: the stub's process state, then ipyparallel's engine; never returns."""
     code = 1
     try:
-        os.setpgid(0, 0)  # a group of its own, in the kernel's session (cluster/launch_session.py)
+        os.setpgid(0, 0)  # a group of its own, in the server's session (cluster/zygote.py start)
         _die_with_parent(signal.SIGKILL)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)

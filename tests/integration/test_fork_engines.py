@@ -62,6 +62,21 @@ def test_a_segfault_is_reported_and_the_next_cell_runs(distrun, shell):
     assert shell.user_ns["ok"] == [1] * 4
 
 
+def test_a_crowded_nodes_ranks_share_the_servers_session_else_each_has_its_own(distrun, shell):
+    """engine/sessions.py: beyond 2 ranks a core the node's ranks weigh one session beside the kernel's."""
+    distrun(f"{LAYOUT} -o ids", "import os\nids = (os.getpid(), os.getsid(0))")  # 4 ranks, 2+ cores
+    assert all(pid == sid for pid, sid in shell.user_ns["ids"])  # each a session of its own
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})  # the cluster started from here sees one core: 3 ranks crowd it
+    try:
+        distrun("-f mpi -N 1 -n 3 -o ids", "import os\nids = (os.getpid(), os.getsid(0))")
+    finally:
+        os.sched_setaffinity(0, cores)
+    server = cluster()._zygote
+    assert os.getsid(server.pid) == server.pid != os.getsid(0)  # the server leads a session, not the kernel's
+    assert [sid for _, sid in shell.user_ns["ids"]] == [server.pid] * 3
+
+
 def test_nothing_is_left_after_stop(distrun, shell):
     distrun(f"{LAYOUT} -o pid", "import os\npid = os.getpid()")
     server = cluster()._zygote

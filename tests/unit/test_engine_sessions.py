@@ -61,11 +61,29 @@ def test_a_leader_whose_parent_left_for_another_session_keeps_its_own_group():
     assert not moved and pgid == pid and sid != pid
 
 
-def test_a_node_with_more_ranks_than_two_a_core_lowers_their_weight():
-    from jupyter_dist.engine.sessions import CROWDED_NICE, engine_nice
+def test_a_node_with_more_ranks_than_two_a_core_is_crowded():
+    from jupyter_dist.common.crowding import crowded
 
-    assert [engine_nice(r, 2) for r in (1, 4, 5, 8, 32, 64)] == [0, 0] + [CROWDED_NICE] * 4
-    assert engine_nice(32, 16) == 0 and engine_nice(33, 16) == CROWDED_NICE > 0 and engine_nice(3, 0) == CROWDED_NICE
+    assert [crowded(r, 2) for r in (1, 4, 5, 8, 32, 64)] == [False, False] + [True] * 4
+    assert not crowded(32, 16) and crowded(33, 16) and crowded(3, 0)
+
+
+def test_a_crowded_nodes_rank_stays_in_the_session_its_parent_leads():
+    # as the fork server (cluster/zygote.py) starts in a session of its own and forks the node's ranks:
+    # 32 ranks on this machine's cores are crowded, 1 is not
+    leader = ("import subprocess, sys, os\n"
+              f"out = subprocess.run([sys.executable, '-c', {PROBE!r}], capture_output=True, text=True, "
+              "timeout=30, check=True).stdout\n"
+              "print(os.getpid(), out, end='')\n")
+    got = {}
+    for ranks in (1, 16 * len(os.sched_getaffinity(0))):
+        out = subprocess.run([sys.executable, "-c", leader], capture_output=True, text=True, timeout=30,
+                             check=True, start_new_session=True, env={**os.environ, "LOCAL_WORLD_SIZE": str(ranks)})
+        server, rest = out.stdout.split(" ", 1)
+        moved, pid, sid, _, _ = json.loads(rest)
+        got[ranks] = (moved, sid == int(server), sid == pid)
+    assert got[1] == (True, False, True)  # not crowded: a session of its own, as torchrun's workers
+    assert got[16 * len(os.sched_getaffinity(0))] == (False, True, False)  # crowded: its parent's
 
 
 NICE_PROBE = ("import os, time; from jupyter_dist.engine.sessions import own_session; own_session(); "
@@ -76,8 +94,8 @@ NICE_PROBE = ("import os, time; from jupyter_dist.engine.sessions import own_ses
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="a Linux kernel without scheduler autogroups")
-def test_an_engine_of_a_crowded_node_lowers_its_own_autogroup_weight_and_not_the_kernels():
-    from jupyter_dist.engine.sessions import engine_nice
+def test_an_engine_of_a_crowded_node_in_a_session_of_its_own_lowers_its_weight_and_not_the_kernels():
+    from jupyter_dist.engine.sessions import CROWDED_NICE
 
     crowded = 16 * len(os.sched_getaffinity(0))
     mine = Path("/proc/self/autogroup").read_text()
@@ -86,5 +104,5 @@ def test_an_engine_of_a_crowded_node_lowers_its_own_autogroup_weight_and_not_the
         out = subprocess.run([sys.executable, "-c", NICE_PROBE], capture_output=True, text=True, timeout=40,
                              check=True, env={**os.environ, "LOCAL_WORLD_SIZE": str(ranks)}, **own_group())
         got[ranks] = int(out.stdout)
-    assert got == {1: 0, crowded: engine_nice(crowded, len(os.sched_getaffinity(0)))} and got[crowded] > 0
+    assert got == {1: 0, crowded: CROWDED_NICE} and CROWDED_NICE > 0  # parent (this test) leads no session
     assert Path("/proc/self/autogroup").read_text() == mine  # this session's (the test's) untouched
