@@ -21,9 +21,10 @@ from collections.abc import Callable
 from types import CodeType, ModuleType
 from typing import Any
 
-from jupyter_dist.engine.frameworks.patch import when_imported
+from jupyter_dist.engine.frameworks.patch import when_imported, wrap_torch_distributed
 from jupyter_dist.engine.resources import observing
 
+MARK = "_jupyter_dist_record"  # on a wrapped collective: wrapped once
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather", "scatter",
        "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
        "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list", "send", "recv")
@@ -40,12 +41,7 @@ def install() -> None:
 
 
 def _wrap_module(dist: ModuleType) -> None:
-    c10d = getattr(dist, "distributed_c10d", None)
-    for name in OPS:
-        for module in (dist, c10d):
-            fn = getattr(module, name, None) if module is not None else None
-            if fn is not None and not getattr(fn, "_jupyter_dist_record", False):
-                setattr(module, name, _recorded(name, fn))
+    wrap_torch_distributed(dist, OPS, _recorded, MARK)
 
 
 def _recorded(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,7 +66,7 @@ def _recorded(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     # its frame named as the op (stacks read "all_reduce at <cell>:9", not this wrapper's name)
     collective.__code__ = _named(collective.__code__, op)
-    collective._jupyter_dist_record = True  # type: ignore[attr-defined]
+    setattr(collective, MARK, True)
     collective.__wrapped__ = fn  # type: ignore[attr-defined]
     collective.__name__ = getattr(fn, "__name__", op)
     collective.__doc__ = fn.__doc__

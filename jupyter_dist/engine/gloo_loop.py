@@ -27,13 +27,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from jupyter_dist.engine.frameworks.patch import when_imported
+from jupyter_dist.engine.frameworks.patch import when_imported, wrap_torch_distributed
 from jupyter_dist.engine.sessions import ranks_on_node
 
 SWITCH = "JUPYTER_DIST_GLOO_LOOP_NICE"
 LOOP_NICE = 10  # weight 110 of the main thread's 1024
 LOOP_THREAD = "gloo_tcp_loop"  # the name gloo's tcp transport gives its loop thread
 MAKERS = ("init_process_group", "new_group", "new_subgroups", "new_subgroups_by_enumeration")
+MARK = "_jupyter_dist_gloo_loop"  # on a wrapped group maker: wrapped once
 TASKS = "/proc/self/task"
 _done: set[int] = set()  # thread ids already lowered (a thread id is not reused while the process lives
 # with it; a reused one gets lowered again, which is what it would want)
@@ -82,12 +83,7 @@ def install() -> None:
 
 
 def _wrap_module(dist: ModuleType) -> None:
-    c10d = getattr(dist, "distributed_c10d", None)
-    for name in MAKERS:
-        for module in (dist, c10d):
-            fn = getattr(module, name, None) if module is not None else None
-            if fn is not None and not getattr(fn, "_jupyter_dist_gloo_loop", False):
-                setattr(module, name, _lowering(fn))
+    wrap_torch_distributed(dist, MAKERS, lambda _name, fn: _lowering(fn), MARK)
 
 
 def _lowering(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -97,5 +93,5 @@ def _lowering(fn: Callable[..., Any]) -> Callable[..., Any]:
         lower_loop_threads()
         return result
 
-    make_group._jupyter_dist_gloo_loop = True  # type: ignore[attr-defined]
+    setattr(make_group, MARK, True)
     return make_group

@@ -10,7 +10,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
@@ -80,3 +80,15 @@ def _when_done(name: str, module: ModuleType, patches: list[Patch]) -> None:
 def _initializing(module: ModuleType) -> bool:
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
+
+
+def wrap_torch_distributed(dist: ModuleType, names: Iterable[str],
+                           wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]], mark: str) -> None:
+    """Replace each named function of `torch.distributed` and of its `distributed_c10d` (where torch's own
+    code calls it) by `wrap(name, fn)`, once: a function whose attribute `mark` is true is wrapped already."""
+    c10d = getattr(dist, "distributed_c10d", None)
+    for name in names:
+        for module in (dist, c10d):
+            fn = getattr(module, name, None) if module is not None else None
+            if fn is not None and not getattr(fn, mark, False):
+                setattr(module, name, wrap(name, fn))
