@@ -17,9 +17,9 @@ during a 32-rank burst of output the kernel (its sidebar's subshell, its widgets
 So on a crowded node (more than RANKS_PER_CORE ranks a core, common/crowding.py) the ranks share one session,
 as ipyparallel's engines do: the kernel starts the node's fork server in a session of its own
 (cluster/zygote.py) and each engine forked from it stays there, so all the node's ranks together weigh
-what the kernel's session weighs (a subshell's worst wait during a 32-rank burst 64-93 ms, median 5-6 ms,
-where sessions of their own at nice 3 gave 0.2-0.7 s, median 9-23 ms; a warm `x = 1` unchanged,
-benchmarks/README.md "Fifteenth session"). Where no such session holds them (engines started by mpiexec
+what the kernel's session weighs (a subshell's median wait during a 32-rank burst 4-12 ms, where
+sessions of their own at nice 3 gave 9-140 ms; its worst still up to 0.8 s in some runs; a warm `x = 1`
+unchanged: benchmarks/README.md "Fifteenth session"). Where no such session holds them (engines started by mpiexec
 itself: other launchers, other hosts), a crowded node's engines still take sessions of their own, each
 at autogroup nice CROWDED_NICE (a process may raise it without privileges): a little weight is what the
 kernel's wake-ups need (the scheduler runs the earliest virtual deadline, and a lighter session's comes
