@@ -69,10 +69,11 @@ def socket_folder(profile_dir: Path) -> Path:
     return folder
 
 
-def start(profile_dir: Path, env: dict[str, str], modules: tuple[str, ...], session: bool = False) -> ForkServer:
+def start(profile_dir: Path, env: dict[str, str], modules: tuple[str, ...],
+          new_session: bool = False) -> ForkServer:
     """Start the server with the engines' environment; it imports while mpiexec starts (the stubs wait).
 
-    `session`: in a session of its own, which the engines it forks keep where the node is crowded
+    `new_session`: in a session of its own, which the engines it forks keep where the node is crowded
     (engine/sessions.py): all the node's ranks then weigh one session beside the kernel's, as
     ipyparallel's engines do (`JUPYTER_DIST_CROWDED_SESSION=0` in the kernel's environment: never,
     for measuring the difference). Else a group of its own in the kernel's session (the kernel's
@@ -87,7 +88,7 @@ def start(profile_dir: Path, env: dict[str, str], modules: tuple[str, ...], sess
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            **({"start_new_session": True} if session else own_group()),
+            **({"start_new_session": True} if new_session else own_group()),
         )
     finally:
         log.close()
@@ -99,6 +100,6 @@ def configure(cluster: Any, profile_dir: Path, modules: tuple[str, ...]) -> Fork
     conf = cluster.config.MPIEngineSetLauncher
     env = dict(conf.environment) if "environment" in conf else {}
     apart = os.environ.get(CROWDED_SESSION) != "0" and crowded(cluster.n, len(os.sched_getaffinity(0)))
-    server = start(profile_dir, env, modules, session=apart)
+    server = start(profile_dir, env, modules, new_session=apart)
     conf.engine_cmd = server.stub_cmd()
     return server

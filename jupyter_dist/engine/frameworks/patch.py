@@ -81,7 +81,6 @@ def _initializing(module: ModuleType) -> bool:
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
-
 def wrap_torch_distributed(dist: ModuleType, names: Iterable[str],
                            wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]], mark: str) -> None:
     """Replace each named function of `torch.distributed` and of its `distributed_c10d` (where torch's own
