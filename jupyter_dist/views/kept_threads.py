@@ -28,9 +28,9 @@ class _Worker(threading.Thread):
                 job()
             except Exception:  # noqa: S110 - a view glitch must never end the kept thread
                 pass
-            finally:
-                done.set()
+            finally:  # idle first: a run that waited for `done` then finds this thread idle
                 self.pool.idle(self)
+                done.set()
 
 
 class KeptThreads:

@@ -36,3 +36,10 @@ def test_a_loop_that_does_not_end_never_delays_the_next_one_and_a_failure_keeps_
     assert pool.started == 2 and not first.is_set()
     stuck.set()
     assert first.wait(5)
+
+
+def test_a_run_after_the_last_one_ended_reuses_its_thread():
+    pool = KeptThreads("test-reuse")
+    for _ in range(20):  # the thread is marked idle before `done` is set, so none is started twice
+        assert pool.run(lambda: None).wait(5)
+    assert pool.started == 1
