@@ -358,6 +358,12 @@ class EngineCluster:
             # a spare is a convenience: a run never fails for it, nor waits for it (cluster/idle.py)
             when_idle(self._tend)
 
+    def set_output_flood(self, on: bool) -> None:
+        """While the ranks' output floods the kernel, a crowded node's engines weigh less (cluster/session_weight.py)."""
+        weight = self._zygote.weight if self._zygote is not None else None
+        if weight is not None:
+            weight.flooded(on)
+
     def _tend(self) -> None:
         if self.state == "idle" and self._client is not None:
             replacement.tend(self)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jupyter_dist.cluster.session_weight import SessionWeight
 from jupyter_dist.common.crowding import crowded
 from jupyter_dist.common.process_group import own_group
 from jupyter_dist.engine import zygote_stub
@@ -34,6 +35,7 @@ class ForkServer:
     proc: subprocess.Popen
     socket: str
     folder: Path
+    weight: SessionWeight | None = None  # its session's, where it leads one (cluster/session_weight.py)
 
     @property
     def pid(self) -> int:
@@ -101,5 +103,7 @@ def configure(cluster: Any, profile_dir: Path, modules: tuple[str, ...]) -> Fork
     env = dict(conf.environment) if "environment" in conf else {}
     apart = os.environ.get(CROWDED_SESSION) != "0" and crowded(cluster.n, len(os.sched_getaffinity(0)))
     server = start(profile_dir, env, modules, new_session=apart)
+    if apart:
+        server.weight = SessionWeight(server.pid)
     conf.engine_cmd = server.stub_cmd()
     return server

@@ -19,7 +19,8 @@ as ipyparallel's engines do: the kernel starts the node's fork server in a sessi
 (cluster/zygote.py) and each engine forked from it stays there, so all the node's ranks together weigh
 what the kernel's session weighs (a subshell's median wait during a 32-rank burst 4-12 ms, where
 sessions of their own at nice 3 gave 9-140 ms; its worst still up to 0.8 s in some runs; a warm `x = 1`
-unchanged: benchmarks/README.md "Fifteenth session"). Where no such session holds them (engines started by mpiexec
+unchanged: benchmarks/README.md "Fifteenth session"); while their output floods the kernel, the kernel
+makes that session lighter still (cluster/session_weight.py). Where no such session holds them (engines started by mpiexec
 itself: other launchers, other hosts), a crowded node's engines still take sessions of their own, each
 at autogroup nice CROWDED_NICE (a process may raise it without privileges): a little weight is what the
 kernel's wake-ups need (the scheduler runs the earliest virtual deadline, and a lighter session's comes

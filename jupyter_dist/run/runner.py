@@ -31,6 +31,7 @@ from jupyter_dist.plan.settings import settings
 from jupyter_dist.run import failures, hangs
 from jupyter_dist.run.children import child_error, child_result
 from jupyter_dist.run.fetch import fetch_variable
+from jupyter_dist.run.flood import FloodWatch
 from jupyter_dist.run.output import LineBuffer, OutputSink, RankLogs, TextSink, emit
 from jupyter_dist.run.stdin import answer_input
 from jupyter_dist.run.streams import DRAIN_CHARS, DRAIN_GAP_S, DRAIN_SLICE_S, SWITCH_S, RankStream, RunStreams
@@ -92,6 +93,8 @@ class Runner:
         self.timeout_phases: dict[str, float] = {}  # seconds each step of the last --timeout report took
         self._crashes: dict[int, str] = {}  # dead ranks' crash records, shown as their stacks
         self._backlog, self._drain_from = False, 0  # text left by the last drain; the rank whose turn is next
+        self._drained = 0  # characters the last drain handed on
+        self._flood = FloodWatch(cluster.set_output_flood)  # a crowded node's engines weigh less meanwhile
 
     # -- set-up --------------------------------------------------------------------
 
@@ -142,6 +145,7 @@ class Runner:
             self._monitor(ar, by_child, ex, sink, logs, t0)
         finally:
             cluster.set_busy(False)
+            self._flood.end()
             sys.setswitchinterval(switch)
             # every line the ranks printed arrives before the view is closed; a dead engine's
             # output never completes, so it gets a short wait only
@@ -188,6 +192,7 @@ class Runner:
                 ready = ar.wait(poll)
                 if not ready:  # once ready, the final drain (after the output wait) hands on the rest
                     came = self._drain(by_child, sink, logs)
+                    self._flood.after_drain(self._backlog, self._drained, time.monotonic())
                     poll = (DRAIN_GAP_S if self._backlog else POLL_S) if came else min(poll * 2, POLL_MAX_S)
                     sink.tick(time.monotonic() - t0)  # e.g. the live view shown once a run outlives a short cell
                 now = time.monotonic()
@@ -285,7 +290,7 @@ class Runner:
         came = False
         end = None if final else time.monotonic() + DRAIN_SLICE_S
         n = len(by_child)
-        self._backlog = False
+        self._backlog, self._drained = False, 0
         for i in range(n):
             child, st = by_child[(self._drain_from + i) % n]
             if end is not None and time.monotonic() > end:
@@ -298,6 +303,7 @@ class Runner:
             n_out = len(outputs)
             # the chunks that arrived since the last call (run/streams.py), each read once
             for stream, text in st.stream.take(None if final else DRAIN_CHARS):
+                self._drained += len(text)
                 buf = st.buffers.get(stream) or st.buffers.setdefault(stream, LineBuffer())
                 lines = buf.feed(text)
                 if lines:

@@ -77,6 +77,37 @@ def test_a_crowded_nodes_ranks_share_the_servers_session_else_each_has_its_own(d
     assert [sid for _, sid in shell.user_ns["ids"]] == [server.pid] * 3
 
 
+FLOODING = """import time
+def session_nice():
+    with open('/proc/self/autogroup') as f:
+        return int(f.read().split()[-1])
+seen, end = session_nice(), time.monotonic() + 60
+while seen != 9 and time.monotonic() < end:  # until the kernel, flooded, has made this session lighter
+    for i in range(2000):
+        print('line', i, 'of a flood of output, long enough to be a real line')
+    seen = session_nice()
+"""
+
+
+def test_a_crowded_nodes_session_weighs_less_while_its_output_floods_the_kernel(distrun, shell):
+    """cluster/session_weight.py: autogroup nice 9 while the ranks' output floods the kernel, 0 again after."""
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})  # 3 ranks crowd the one core the cluster sees
+    try:
+        distrun("-f mpi -N 1 -n 3", "x = 1")
+    finally:
+        os.sched_setaffinity(0, cores)
+    server = cluster()._zygote
+    assert server.weight is not None and server.weight.base == 0
+    distrun("-f mpi -N 1 -n 3 -o seen", FLOODING)
+    assert shell.user_ns["seen"] == [9, 9, 9]
+    with open(f"/proc/{server.pid}/autogroup") as f:
+        assert f.read().split()[-1] == "0"  # back at its base once the run ended
+    distrun("-f mpi -N 1 -n 3 -o quiet", "print('one line')\nwith open('/proc/self/autogroup') as f:\n"
+            "    quiet = f.read().split()[-1]")
+    assert shell.user_ns["quiet"] == ["0"] * 3  # a line is no flood
+
+
 def test_nothing_is_left_after_stop(distrun, shell):
     distrun(f"{LAYOUT} -o pid", "import os\npid = os.getpid()")
     server = cluster()._zygote

@@ -1,0 +1,118 @@
+"""A crowded node's engines weigh less while their output floods the kernel (their session's autogroup nice).
+
+On a crowded node (common/crowding.py) the ranks share one session, the fork server's (engine/sessions.py),
+which Linux weighs as much as the notebook kernel's session. During a burst of output the kernel's threads
+want a core in many short turns, and a session that mostly sleeps gets little weight on each core (the
+scheduler splits a session's weight by its recent load there): `perf sched timehist` showed the kernel's
+threads runnable and not run for 0.4-0.6 s while 32 printing ranks ran, and a subshell's `1` waited as long
+(benchmarks/README.md, "Seventeenth session"). At nice FLOOD_NICE the ranks' session weighs a tenth of the
+kernel's while the flood lasts, and goes back to what it was once the output calms down, so a quiet cell's
+dispatch and a long run's training share the cores as before.
+
+Raising a nice needs no privilege, nor does setting it back (only a nice below 0 does); Linux takes one
+change per 0.1 s machine-wide from processes without CAP_SYS_ADMIN (EAGAIN), so a refused change is tried
+again at the next call, and a refused return to the base from a timer. `JUPYTER_DIST_FLOOD_NICE=N` in the
+kernel's environment sets the level, `0` turns it off.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+from collections.abc import Mapping
+
+SWITCH = "JUPYTER_DIST_FLOOD_NICE"
+FLOOD_NICE = 9  # weight 110 of a nice-0 session's 1024
+RETRY_S = 0.15  # Linux's limit is one change per 0.1 s
+
+
+def flood_nice(environ: Mapping[str, str] = os.environ) -> int:
+    """The nice a flooded kernel gives the ranks' session: SWITCH's value (0-19), else FLOOD_NICE."""
+    value = environ.get(SWITCH, "").strip()
+    try:
+        return max(0, min(19, int(value))) if value else FLOOD_NICE
+    except ValueError:
+        return FLOOD_NICE
+
+
+def parse_nice(text: str) -> int | None:
+    """The nice in a `/proc/PID/autogroup` line (`/autogroup-123 nice 0`), None if it has none."""
+    parts = text.split()
+    if len(parts) >= 3 and parts[-2] == "nice":
+        try:
+            return int(parts[-1])
+        except ValueError:
+            return None
+    return None
+
+
+class SessionWeight:
+    """The autogroup nice of the session that process `pid` leads: its base (read once), or `nice` while
+    flooded. `flooded` is cheap when nothing changes; it is called from the notebook's main thread."""
+
+    def __init__(self, pid: int, nice: int | None = None) -> None:
+        self.path = f"/proc/{pid}/autogroup"
+        try:
+            with open(self.path) as f:
+                self.base = parse_nice(f.read())
+        except OSError:  # a kernel without autogroups
+            self.base = None
+        self.nice = flood_nice() if nice is None else nice
+        self._have = self._want = self.base
+        self._refused = -RETRY_S  # monotonic time of the last EAGAIN
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        """Whether a flood changes anything here (autogroups, and a level above the base)."""
+        return self.base is not None and self.nice > self.base
+
+    @property
+    def current(self) -> int | None:
+        """The nice last set (the base until a flood)."""
+        return self._have
+
+    def flooded(self, on: bool) -> None:
+        """The ranks' session at `nice` (on) or back at its base; a refused change is tried again at the
+        next call at most every RETRY_S, and the return to the base also from a timer."""
+        if not self.active:
+            return
+        with self._lock:
+            self._want = self.nice if on else self.base
+            if self._want == self._have:
+                return
+            # refused a moment ago: Linux would refuse it again (the next call comes soon, or the timer)
+            refused = time.monotonic() - self._refused < RETRY_S or self._write() == errno.EAGAIN
+        if refused and not on:
+            self._retry_later()
+
+    def _write(self) -> int:
+        """0 when set, else the errno (the session gone: ESRCH or ENOENT, given up)."""
+        try:
+            with open(self.path, "w") as f:
+                f.write(str(self._want))
+        except OSError as e:
+            if e.errno == errno.EAGAIN:
+                self._refused = time.monotonic()
+            else:
+                self._have = self._want  # nothing more to do for a session that is gone
+            return e.errno or errno.EIO
+        self._have = self._want
+        return 0
+
+    def _retry_later(self) -> None:
+        if self._timer is not None and self._timer.is_alive():
+            return
+        self._timer = threading.Timer(RETRY_S, self._retry)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _retry(self) -> None:
+        for _ in range(100):  # 15 s at most: another process may be changing niced sessions just as often
+            with self._lock:
+                if self._want == self._have or self._write() != errno.EAGAIN:
+                    return
+            time.sleep(RETRY_S)
