@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Mapping
 
+from jupyter_dist.common.autogroup import autogroup_path, parse_nice, write_nice
+
 SWITCH = "JUPYTER_DIST_FLOOD_NICE"
 FLOOD_NICE = 9  # weight 110 of a nice-0 session's 1024
 RETRY_S = 0.15  # Linux's limit is one change per 0.1 s
@@ -37,23 +39,12 @@ def flood_nice(environ: Mapping[str, str] = os.environ) -> int:
         return FLOOD_NICE
 
 
-def parse_nice(text: str) -> int | None:
-    """The nice in a `/proc/PID/autogroup` line (`/autogroup-123 nice 0`), None if it has none."""
-    parts = text.split()
-    if len(parts) >= 3 and parts[-2] == "nice":
-        try:
-            return int(parts[-1])
-        except ValueError:
-            return None
-    return None
-
-
 class SessionWeight:
     """The autogroup nice of the session that process `pid` leads: its base (read once), or `nice` while
     flooded. `flooded` is cheap when nothing changes; it is called from the notebook's main thread."""
 
     def __init__(self, pid: int, nice: int | None = None) -> None:
-        self.path = f"/proc/{pid}/autogroup"
+        self.path = autogroup_path(pid)
         try:
             with open(self.path) as f:
                 self.base = parse_nice(f.read())
@@ -91,17 +82,12 @@ class SessionWeight:
 
     def _write(self) -> int:
         """0 when set, else the errno (the session gone: ESRCH or ENOENT, given up)."""
-        try:
-            with open(self.path, "w") as f:
-                f.write(str(self._want))
-        except OSError as e:
-            if e.errno == errno.EAGAIN:
-                self._refused = time.monotonic()
-            else:
-                self._have = self._want  # nothing more to do for a session that is gone
-            return e.errno or errno.EIO
-        self._have = self._want
-        return 0
+        err = write_nice(self.path, self._want)
+        if err == errno.EAGAIN:
+            self._refused = time.monotonic()
+        else:
+            self._have = self._want  # set, or nothing more to do for a session that is gone
+        return err
 
     def _retry_later(self) -> None:
         if self._timer is not None and self._timer.is_alive():

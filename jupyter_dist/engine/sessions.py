@@ -36,11 +36,12 @@ import random
 import threading
 import time
 
+from jupyter_dist.common.autogroup import autogroup_path, write_nice
 from jupyter_dist.common.crowding import crowded
 
 SWITCH = "JUPYTER_DIST_OWN_SESSION"
 CROWDED_NICE = 3  # weight 526 of a normal session's 1024
-AUTOGROUP = "/proc/self/autogroup"
+AUTOGROUP = autogroup_path()
 RETRY_FOR_S = 15.0  # without CAP_SYS_ADMIN, Linux takes one autogroup nice change per 0.1 s, machine-wide
 
 
@@ -82,23 +83,13 @@ def ranks_on_node() -> int:
 def set_autogroup_nice(nice: int) -> None:
     """Set this session's autogroup nice now, or, while Linux refuses it as too soon after another
     process's change (EAGAIN: a node's engines all set theirs at once), from a thread that tries again."""
-    if _write_nice(nice) == errno.EAGAIN:
+    if write_nice(AUTOGROUP, nice) == errno.EAGAIN:
         threading.Thread(target=_retry, args=(nice,), name="jupyter-dist autogroup", daemon=True).start()
-
-
-def _write_nice(nice: int) -> int:
-    """0 when set, else the errno (a kernel without autogroups: ENOENT, left as it is)."""
-    try:
-        with open(AUTOGROUP, "w") as f:
-            f.write(str(nice))
-    except OSError as e:
-        return e.errno or errno.EIO
-    return 0
 
 
 def _retry(nice: int) -> None:
     end = time.monotonic() + RETRY_FOR_S
     while time.monotonic() < end:
         time.sleep(random.uniform(0.1, 0.3))
-        if _write_nice(nice) != errno.EAGAIN:
+        if write_nice(AUTOGROUP, nice) != errno.EAGAIN:
             return

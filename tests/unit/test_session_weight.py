@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from jupyter_dist.cluster.session_weight import FLOOD_NICE, SessionWeight, flood_nice, parse_nice
+from jupyter_dist.cluster.session_weight import FLOOD_NICE, SessionWeight, flood_nice
+from jupyter_dist.common.autogroup import parse_nice
 from jupyter_dist.run.flood import CALM_S, FLOOD_CHARS, FloodWatch
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,7 +73,8 @@ def test_level_0_or_a_session_gone_changes_nothing(session):
 # mapped to this user) is such a process, here as for any user.
 UNPRIVILEGED = """
 import json, subprocess, sys, time
-from jupyter_dist.cluster.session_weight import SessionWeight, parse_nice
+from jupyter_dist.cluster.session_weight import SessionWeight
+from jupyter_dist.common.autogroup import parse_nice
 p = subprocess.Popen(["sleep", "30"], start_new_session=True)
 nice = lambda: parse_nice(open(f"/proc/{p.pid}/autogroup").read())
 seen = []
