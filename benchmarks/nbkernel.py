@@ -30,6 +30,7 @@ class Prober(threading.Thread):
         super().__init__(daemon=True)
         self.kc, self.subshell = kc, subshell
         self.times: list[float] = []
+        self.spans: list[tuple[float, float]] = []  # each probe's send and reply, time.monotonic()
         self.ids: set[str] = set()
         self._done = threading.Event()
         self.start()
@@ -41,11 +42,13 @@ class Prober(threading.Thread):
                                                           "stop_on_error": False})
             msg["header"]["subshell_id"] = self.subshell
             self.ids.add(msg["header"]["msg_id"])
-            t0 = time.perf_counter()
+            t0 = time.monotonic()
             self.kc.shell_channel.send(msg)
             while self.kc.get_shell_msg(timeout=120)["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
                 pass  # the probed cell's own reply
-            self.times.append(time.perf_counter() - t0)
+            t1 = time.monotonic()
+            self.times.append(t1 - t0)
+            self.spans.append((t0, t1))
 
     def stop(self) -> list[float]:
         self._done.set()
@@ -86,6 +89,7 @@ class Cell:
     error: str | None = None
     displays: dict[str, str] = field(default_factory=dict)  # text/plain of each display, its last update
     probes: list[float] = field(default_factory=list)  # seconds a subshell's short cell took, during this one
+    probe_spans: list[tuple[float, float]] = field(default_factory=list)  # each one's send and reply (monotonic)
     misparented: int = 0  # this cell's messages that arrived with a probe's msg_id as their parent
 
     @property
@@ -153,7 +157,7 @@ class Kernel:
             elif kind == "status" and mine and content["execution_state"] == "idle":
                 idle = True
                 if prober is not None:  # its replies' messages would keep the quiet wait from ending
-                    got.probes = prober.stop()
+                    got.probes, got.probe_spans = prober.stop(), prober.spans
         got.seconds = last - t0
         return got
 

@@ -364,6 +364,11 @@ class EngineCluster:
         if weight is not None:
             weight.flooded(on)
 
+    def output_flood_raised(self, force: bool = False) -> bool:
+        """Whether the ranks raised their session's nice themselves (engine/flood_signal.py), to be set back."""
+        weight = self._zygote.weight if self._zygote is not None else None
+        return weight is not None and weight.raised_by_ranks(force)
+
     def _tend(self) -> None:
         if self.state == "idle" and self._client is not None:
             replacement.tend(self)

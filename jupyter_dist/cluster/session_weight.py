@@ -9,34 +9,28 @@ threads runnable and not run for 0.4-0.6 s while 32 printing ranks ran, and a su
 kernel's while the flood lasts, and goes back to what it was once the output calms down, so a quiet cell's
 dispatch and a long run's training share the cores as before.
 
+The kernel can only tell a flood from the drains it runs, and a burst starved it before its first drains
+were big: the raise came 0.7-1.3 s into a burst in a run of three, and a subshell waited 0.3-0.8 s meanwhile.
+So a rank that starts flooding raises its session itself (engine/flood_signal.py); `raised_by_ranks` lets
+the kernel's watch take that as a flood it saw, which it sets back once the output calms down or the run ends.
+
 Raising a nice needs no privilege, nor does setting it back (only a nice below 0 does); Linux takes one
 change per 0.1 s machine-wide from processes without CAP_SYS_ADMIN (EAGAIN), so a refused change is tried
 again at the next call, and a refused return to the base from a timer. `JUPYTER_DIST_FLOOD_NICE=N` in the
-kernel's environment sets the level, `0` turns it off.
+kernel's environment (the engines inherit it) sets the level, `0` turns it off (common/flood_level.py).
 """
 
 from __future__ import annotations
 
 import errno
-import os
 import threading
 import time
-from collections.abc import Mapping
 
 from jupyter_dist.common.autogroup import autogroup_path, parse_nice, write_nice
+from jupyter_dist.common.flood_level import flood_nice
 
-SWITCH = "JUPYTER_DIST_FLOOD_NICE"
-FLOOD_NICE = 9  # weight 110 of a nice-0 session's 1024
 RETRY_S = 0.15  # Linux's limit is one change per 0.1 s
-
-
-def flood_nice(environ: Mapping[str, str] = os.environ) -> int:
-    """The nice a flooded kernel gives the ranks' session: SWITCH's value (0-19), else FLOOD_NICE."""
-    value = environ.get(SWITCH, "").strip()
-    try:
-        return max(0, min(19, int(value))) if value else FLOOD_NICE
-    except ValueError:
-        return FLOOD_NICE
+REREAD_S = 0.2  # how often a weight at its base looks whether the ranks raised it themselves
 
 
 class SessionWeight:
@@ -53,6 +47,7 @@ class SessionWeight:
         self.nice = flood_nice() if nice is None else nice
         self._have = self._want = self.base
         self._refused = -RETRY_S  # monotonic time of the last EAGAIN
+        self._looked = -REREAD_S  # monotonic time of the last look at what the session has
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
 
@@ -79,6 +74,27 @@ class SessionWeight:
             refused = time.monotonic() - self._refused < RETRY_S or self._write() == errno.EAGAIN
         if refused and not on:
             self._retry_later()
+
+    def raised_by_ranks(self, force: bool = False) -> bool:
+        """Whether the ranks raised their session themselves (engine/flood_signal.py) while this weight had
+        it at its base: then it counts as raised here, for the next `flooded(False)` to set back. Looked at
+        (one read of a /proc file) at most every REREAD_S, unless `force` (a run's end)."""
+        if not self.active:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if self._have != self.base or self._want != self.base or (not force and now - self._looked < REREAD_S):
+                return False
+            self._looked = now
+            try:
+                with open(self.path) as f:
+                    have = parse_nice(f.read())
+            except OSError:
+                return False
+            if have is None or have == self.base:
+                return False
+            self._have = have
+            return True
 
     def _write(self) -> int:
         """0 when set, else the errno (the session gone: ESRCH or ENOENT, given up)."""

@@ -26,6 +26,7 @@ from jupyter_dist.engine import (
     cells,
     collectives,
     crash_records,
+    flood_signal,
     gloo_loop,
     release,
     resources,
@@ -107,7 +108,7 @@ def setup(envs_by_rank: dict[int, dict[str, str]], hooks: tuple[Callable[[], Non
 
 def assign_rank(rank: int, stack_dir: str, agent_token: str, controller_ip: str) -> tuple[str, int]:
     """Take `rank`: watch its cells, flush its output before it dies, arm its stack files, record its
-    collectives, lower gloo's loop threads where the node is crowded, sample its resources, and start its agent where the controller reaches this engine;
+    collectives, lower gloo's loop threads where the node is crowded, watch for a flood of output there, sample its resources, and start its agent where the controller reaches this engine;
     returns the agent's address."""
     _state["rank"] = rank
     cells.watch(get_ipython())
@@ -117,6 +118,7 @@ def assign_rank(rank: int, stack_dir: str, agent_token: str, controller_ip: str)
     crash_records.register()
     collectives.register()
     gloo_loop.install()  # gloo's spinning loop behind the training on a crowded node
+    flood_signal.register()  # a crowded node's flooding rank lightens its session itself
     resources.register()
     release.register()
     cell_input.register()

@@ -94,7 +94,7 @@ class Runner:
         self._crashes: dict[int, str] = {}  # dead ranks' crash records, shown as their stacks
         self._backlog, self._drain_from = False, 0  # text left by the last drain; the rank whose turn is next
         self._drained = 0  # characters the last drain handed on
-        self._flood = FloodWatch(cluster.set_output_flood)  # a crowded node's engines weigh less meanwhile
+        self._flood = FloodWatch(cluster)  # a crowded node's engines weigh less meanwhile
 
     # -- set-up --------------------------------------------------------------------
 

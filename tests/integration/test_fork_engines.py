@@ -64,8 +64,10 @@ def test_a_segfault_is_reported_and_the_next_cell_runs(distrun, shell):
 
 def test_a_crowded_nodes_ranks_share_the_servers_session_else_each_has_its_own(distrun, shell):
     """engine/sessions.py: beyond 2 ranks a core the node's ranks weigh one session beside the kernel's."""
-    distrun(f"{LAYOUT} -o ids", "import os\nids = (os.getpid(), os.getsid(0))")  # 4 ranks, 2+ cores
-    assert all(pid == sid for pid, sid in shell.user_ns["ids"])  # each a session of its own
+    distrun(f"{LAYOUT} -o ids", "import os, sys\nids = (os.getpid(), os.getsid(0), "
+            "hasattr(sys.stdout.write, 'flood_counted'))")  # 4 ranks, 2+ cores
+    assert all(pid == sid for pid, sid, _ in shell.user_ns["ids"])  # each a session of its own
+    assert not any(counted for _, _, counted in shell.user_ns["ids"])  # engine/flood_signal.py leaves them be
     cores = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cores)})  # the cluster started from here sees one core: 3 ranks crowd it
     try:
@@ -90,7 +92,8 @@ while seen != 9 and time.monotonic() < end:  # until the kernel, flooded, has ma
 
 
 def test_a_crowded_nodes_session_weighs_less_while_its_output_floods_the_kernel(distrun, shell):
-    """cluster/session_weight.py: autogroup nice 9 while the ranks' output floods the kernel, 0 again after."""
+    """cluster/session_weight.py, engine/flood_signal.py: autogroup nice 9 while the ranks' output floods the
+    kernel, 0 again after."""
     cores = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cores)})  # 3 ranks crowd the one core the cluster sees
     try:
@@ -106,6 +109,13 @@ def test_a_crowded_nodes_session_weighs_less_while_its_output_floods_the_kernel(
     distrun("-f mpi -N 1 -n 3 -o quiet", "print('one line')\nwith open('/proc/self/autogroup') as f:\n"
             "    quiet = f.read().split()[-1]")
     assert shell.user_ns["quiet"] == ["0"] * 3  # a line is no flood
+    # engine/flood_signal.py: rank 0 alone prints 10,000 characters at once, less than a drain the kernel
+    # calls a flood; the rank lightens its session itself at once, and the kernel sets it back at the end
+    distrun("-f mpi -N 1 -n 3 -o own", "import os\nif os.environ['OMPI_COMM_WORLD_RANK'] == '0':\n    print('x' * 10000)\n"
+            "with open('/proc/self/autogroup') as f:\n    own = f.read().split()[-1]")
+    assert shell.user_ns["own"][0] == "9"
+    with open(f"/proc/{server.pid}/autogroup") as f:
+        assert f.read().split()[-1] == "0"
 
 
 def test_nothing_is_left_after_stop(distrun, shell):

@@ -37,12 +37,15 @@ def stacks_while(run, ready) -> tuple[object, float]:
     def ask() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and "report" not in got:
-            agents = session().cluster.agents if session().cluster is not None else None
-            if agents is not None and agents.addresses:
-                report = take(agents, timeout=2.0)
-                if report.stacks and ready(report):
-                    got["report"], got["at"] = report, time.monotonic() - t0
-                    return
+            try:  # the cluster may be starting or changing its agents: a failed look is tried again
+                agents = session().cluster.agents if session().cluster is not None else None
+                if agents is not None and agents.addresses:
+                    report = take(agents, timeout=2.0)
+                    if report.stacks and ready(report):
+                        got["report"], got["at"] = report, time.monotonic() - t0
+                        return
+            except Exception as e:
+                got["error"] = repr(e)
             time.sleep(0.3)
 
     asker = threading.Thread(target=ask, daemon=True)
@@ -159,21 +162,29 @@ def test_a_torchrun_worker_that_never_reached_the_collective_is_the_straggler(di
 def test_an_interrupt_names_the_workers_mismatched_collectives(shell, capsys):
     """The kernel interrupted (SIGINT to this process, as the kernel's interrupt is) once both torchrun
     workers stand in their collectives: the lines come before the ranks are stopped."""
+    seen: dict[str, object] = {}
+
     def interrupt_when_stuck() -> None:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            agents = session().cluster.agents if session().cluster is not None else None
-            if agents is not None and agents.addresses:
-                c = take(agents, timeout=2.0).collectives
-                if all(c.get(r, {}).get("in_flight") for r in (0, 1)):
-                    os.kill(os.getpid(), signal.SIGINT)
-                    return
+            try:  # the cluster may be starting or changing its agents: a failed look is tried again
+                agents = session().cluster.agents if session().cluster is not None else None
+                if agents is not None and agents.addresses:
+                    c = seen["collectives"] = take(agents, timeout=2.0).collectives
+                    if all(c.get(r, {}).get("in_flight") for r in (0, 1)):
+                        os.kill(os.getpid(), signal.SIGINT)
+                        return
+            except Exception as e:
+                seen["error"] = repr(e)
             time.sleep(0.3)
 
     asker = threading.Thread(target=interrupt_when_stuck, daemon=True)
     asker.start()
-    with pytest.raises(KeyboardInterrupt):
-        shell.run_cell_magic("distrun", "-f torchrun -N 1 -n 2 --timeout 120", MISMATCH)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            shell.run_cell_magic("distrun", "-f torchrun -N 1 -n 2 --timeout 120", MISMATCH)
+    except RunTimeout:
+        pytest.fail(f"no interrupt came within 90 s; what the asker saw last: {seen}")
     STORE.update(timeout=None)
     asker.join(5)
     out = capsys.readouterr().out

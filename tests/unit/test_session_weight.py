@@ -1,5 +1,6 @@
-"""cluster/session_weight.py and run/flood.py: a crowded node's engines' session weighs less while the
-ranks' output floods the kernel, and returns to its base once it calms down; against real sessions."""
+"""cluster/session_weight.py, run/flood.py and engine/flood_signal.py: a crowded node's engines' session weighs
+less while the ranks' output floods the kernel (raised by the kernel, or by a rank that starts flooding), and
+returns to its base once it calms down; against real sessions."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from jupyter_dist.cluster.session_weight import FLOOD_NICE, SessionWeight, flood_nice
-from jupyter_dist.common.autogroup import parse_nice
+from jupyter_dist.cluster.session_weight import REREAD_S, SessionWeight
+from jupyter_dist.common.autogroup import parse_nice, write_nice
+from jupyter_dist.common.flood_level import FLOOD_NICE, flood_nice
+from jupyter_dist.engine.flood_signal import FloodSignal, counted
 from jupyter_dist.run.flood import CALM_S, FLOOD_CHARS, FloodWatch
 
 pytestmark = pytest.mark.timeout(60)
@@ -105,13 +108,100 @@ def test_without_privilege_a_refused_return_to_the_base_is_tried_again_and_lands
     assert any(at_once == 9 for _, at_once, _, _ in seen), seen  # Linux said EAGAIN, the timer set it later
 
 
+class Target:
+    """What FloodWatch tells, recorded; `raised`: what the ranks' session says when looked at."""
+
+    def __init__(self) -> None:
+        self.told: list[bool] = []
+        self.looks: list[bool] = []  # each look's `force`
+        self.raised = False
+
+    def set_output_flood(self, on: bool) -> None:
+        self.told.append(on)
+
+    def output_flood_raised(self, force: bool = False) -> bool:
+        self.looks.append(force)
+        return self.raised
+
+
 def test_a_flood_lasts_from_a_backlog_or_a_large_drain_until_calm():
-    told: list[bool] = []
-    watch = FloodWatch(told.append)
+    target = Target()
+    watch = FloodWatch(target)
     watch.after_drain(False, 300, 0.0)  # a line or two, a round of progress bars: no flood
     watch.after_drain(True, 300, 1.0)  # fell behind
     watch.after_drain(False, 0, 1.0 + CALM_S / 2)  # caught up for a moment: still flooded
     watch.after_drain(False, 0, 1.0 + CALM_S + 0.01)
     watch.after_drain(False, FLOOD_CHARS, 5.0)  # kept up, but with a flood's worth
     watch.end()
-    assert told == [False, True, True, False, True, False]
+    assert target.told == [False, True, True, False, True, False]
+    assert target.looks == [False, True]  # looked while off with text to hand on, and at the end, forced
+
+
+def test_a_raise_by_the_ranks_counts_as_a_flood_until_calm():
+    target = Target()
+    watch = FloodWatch(target)
+    watch.after_drain(False, 0, 0.0)  # nothing to hand on: no look
+    target.raised = True  # a rank started a flood before this kernel could drain it
+    watch.after_drain(False, 500, 0.1)
+    target.raised = False  # taken as raised here: the weight reports it once
+    watch.after_drain(False, 500, 0.1 + CALM_S / 2)  # on: no look
+    watch.after_drain(False, 500, 0.1 + CALM_S + 0.01)  # calm: back to the base, and a look
+    assert target.told == [False, True, True, False]
+    assert target.looks == [False, False]
+
+
+def test_a_raise_by_the_ranks_is_noticed_and_set_back(session):
+    weight = SessionWeight(session, nice=9)
+    assert not weight.raised_by_ranks()  # at its base
+    assert write_nice(f"/proc/{session}/autogroup", 9) == 0  # as a flooding rank does to its own session
+    assert not weight.raised_by_ranks()  # looked a moment ago: not again before REREAD_S
+    assert weight.raised_by_ranks(force=True) and weight.current == 9
+    assert not weight.raised_by_ranks(force=True)  # raised here now: nothing more to notice
+    weight.flooded(True)  # the watch's flood: already there
+    time.sleep(0.2)
+    weight.flooded(False)
+    assert nice_of(session) == 0 == weight.current
+    time.sleep(REREAD_S)
+    assert not weight.raised_by_ranks()
+
+
+def test_a_rank_signals_once_a_cell_when_its_text_comes_fast():
+    now = [0.0]
+    calls: list[float] = []
+    signal = FloodSignal(lambda: calls.append(now[0]), chars=1000, window_s=0.25, clock=lambda: now[0])
+    write = counted(lambda text: len(text), signal)
+    assert write("x" * 5000) == 5000  # not armed (not a %%distrun cell on a crowded node): not counted
+    assert calls == []
+    signal.arm()
+    for _ in range(10):  # 400 characters a second: a training log, never a flood
+        now[0] += 0.1
+        write("y" * 40)
+    assert calls == []
+    now[0] += 0.05
+    write("z" * 600)
+    write("z" * 600)  # 1,200 within 0.25 s of the count's start
+    assert calls == [now[0]] and not signal.armed
+    write("z" * 5000)
+    assert len(calls) == 1  # once a cell
+    signal.arm()
+    write("w" * 1000)
+    assert len(calls) == 2
+
+
+LIGHTEN = """
+import json, os, subprocess, sys
+from jupyter_dist.common.autogroup import parse_nice
+from jupyter_dist.engine.flood_signal import lighten_session
+nice = lambda: parse_nice(open("/proc/self/autogroup").read())
+seen = [nice()]
+lighten_session(9); seen.append(nice())
+lighten_session(5); seen.append(nice())  # never lowers what is there
+print(json.dumps(seen))
+"""
+
+
+def test_a_rank_lightens_its_own_session():
+    out = subprocess.run([sys.executable, "-c", LIGHTEN], capture_output=True, text=True, timeout=30,
+                         start_new_session=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [0, 9, 9]
