@@ -10,7 +10,7 @@ kernel's while the flood lasts, and goes back to what it was once the output cal
 dispatch and a long run's training share the cores as before.
 
 The kernel can only tell a flood from the drains it runs, and a burst starved it before its first drains
-were big: the raise came 0.7-1.3 s into a burst in a run of three, and a subshell waited 0.3-0.8 s meanwhile.
+were big: in 5 bursts of 26 the raise came 0.7-1.3 s in, and a subshell waited 0.3-0.8 s meanwhile.
 So a rank that starts flooding raises its session itself (engine/flood_signal.py); `raised_by_ranks` lets
 the kernel's watch take that as a flood it saw, which it sets back once the output calms down or the run ends.
 

@@ -1,8 +1,8 @@
 """A crowded node's rank that starts flooding the notebook with output makes its session lighter itself.
 
 The kernel makes the ranks' session lighter while their output floods it (cluster/session_weight.py), but it
-can only tell from the drains it runs, and a burst of 32 ranks starves it before they are big: in a run of
-three the raise came 0.7-1.3 s into the burst, and the notebook's subshell waited 0.3-0.8 s meanwhile
+can only tell from the drains it runs, and a burst of 32 ranks starves it before they are big: in 5 bursts
+of 26 the raise came 0.7-1.3 s in, and the notebook's subshell waited 0.3-0.8 s meanwhile
 (benchmarks/README.md, "Nineteenth session"). A rank is running then. So in a %%distrun cell, once a rank
 has printed RANK_FLOOD_CHARS within WINDOW_S, it sets its session's autogroup nice to the flood level
 (common/flood_level.py), once a cell; the kernel's watch takes that as a flood it saw and sets the session
