@@ -159,7 +159,16 @@ def test_a_torchrun_worker_that_never_reached_the_collective_is_the_straggler(di
                         "it is at time.sleep at <cell>:6: the straggler")
 
 
-def test_an_interrupt_names_the_workers_mismatched_collectives(shell, capsys):
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt here, as ipykernel makes it while a cell runs: pytest keeps the
+    handler it inherited, and a shell's background job (`cmd &` without job control) inherits SIG_IGN."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_an_interrupt_names_the_workers_mismatched_collectives(shell, capsys, sigint_raises):
     """The kernel interrupted (SIGINT to this process, as the kernel's interrupt is) once both torchrun
     workers stand in their collectives: the lines come before the ranks are stopped."""
     seen: dict[str, object] = {}
